@@ -18,8 +18,8 @@ from scapy.fields import (
     PacketListField,
     ShortField,
     SignedIntField,
-    XByteField,
     X3BytesField,
+    XByteField,
 )
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
