@@ -148,3 +148,5 @@ class Hotagg(Packet):
 
 
 bind_layers(UDP, Hotagg, dport=HOTAGG_PORT)
+# Replies come from the PS's (or the switch's) port 18497 to the requester's own port.
+bind_layers(UDP, Hotagg, sport=HOTAGG_PORT)

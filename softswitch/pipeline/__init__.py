@@ -1,0 +1,57 @@
+"""The embedded target's data plane: the P4 program of p4src/ in Python, one module per control.
+
+`Pipeline` holds the P4Runtime-visible state (schema.py builds it) and runs frames through
+ingress.process. The hot path reads tables, registers and counters through the plain dicts
+and lists documented in softswitch/state.py; the objects themselves are never replaced, so
+those references stay valid across reset().
+"""
+
+from __future__ import annotations
+
+import random
+
+from softswitch import schema
+from softswitch.pipeline import ingress
+from softswitch.state import Counter, Register, Table
+
+P = "HotaggIngress."
+
+
+class Pipeline:
+    """One switch's tables, counters and registers, and the packet processing over them."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.tables: dict[str, Table] = schema.build_tables()
+        self.counters: dict[str, Counter] = schema.build_counters()
+        self.registers: dict[str, Register] = schema.build_registers()
+        self.rng = random.Random(seed)
+        # Fast-path references (the same objects as above, cleared in place by reset()).
+        self.t_lpm = self.tables[P + "ipv4_lpm"]
+        self.t_jobs = self.tables[P + "jobs"]
+        self.t_drop = self.tables[P + "drop_sim"]
+        self.t_hot = tuple(self.tables[f"{P}lookup{i}.hot_keys"] for i in range(8))
+        stats = self.counters[P + "stats"]
+        self.stats_packets = stats.packets
+        self.stats_bytes = stats.bytes
+        r = self.registers
+        self.dedup_seq = r[P + "dedup_seq"].values
+        self.dedup_mask = r[P + "dedup_mask"].values
+        self.agg_value = r[P + "agg_value"].values
+        self.agg_iter = r[P + "agg_iter"].values
+        self.agg_key = r[P + "agg_key"].values
+        self.cache_value = r[P + "cache_value"].values
+        self.cache_iter = r[P + "cache_iter"].values
+        self.cache_key = r[P + "cache_key"].values
+
+    # process(ingress_port, frame) -> [(egress_port, bytes)]; a plain function as the method
+    # saves a call layer per packet.
+    process = ingress.process
+
+    def reset(self) -> None:
+        """Forget all state, as a new SetForwardingPipelineConfig does."""
+        for t in self.tables.values():
+            t.clear()
+        for c in self.counters.values():
+            c.clear()
+        for r in self.registers.values():
+            r.clear()

@@ -1,0 +1,113 @@
+"""HotaggIngress.apply: the order of checks of docs/design.md section 2, steps 1-7."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hosts.protocol import (
+    CPU_PORT,
+    ENTRY_LEN,
+    HEADER_LEN,
+    HOTAGG_PORT,
+    MAX_ENTRIES,
+    VERSION,
+    Op,
+    Stat,
+)
+from softswitch.pipeline.collect import collect
+from softswitch.pipeline.drop_sim import sim_drop
+from softswitch.pipeline.forwarding import Output, packet_out, route
+from softswitch.pipeline.jobs import lookup_job
+from softswitch.pipeline.parser import (
+    ENTRIES,
+    HA,
+    HOTAGG,
+    MIN_IPV4,
+    MIN_UDP,
+    PROTO_UDP,
+    UDP,
+    UDP_HDR,
+)
+from softswitch.pipeline.pull import pull
+from softswitch.pipeline.push import push
+from softswitch.pipeline.writeback import writeback
+
+if TYPE_CHECKING:
+    from softswitch.pipeline import Pipeline
+
+MALFORMED = Stat.MALFORMED.value
+UNKNOWN_OP = Stat.UNKNOWN_OP.value
+UNKNOWN_JOB = Stat.UNKNOWN_JOB.value
+SIM_DROP = Stat.SIM_DROP.value
+PASS = Stat.PASS.value
+OP_PUSH = Op.PUSH.value
+OP_PULL = Op.PULL.value
+OP_COLLECT = Op.COLLECT.value
+OP_WRITEBACK = Op.WRITEBACK.value
+LAST_OP = max(Op).value
+UDP_BASE_LEN = 8 + HEADER_LEN  # udp.length of a request without entries (28)
+
+
+def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
+    """Run one frame through the pipeline; returns the frames to emit as (port, bytes)."""
+    if ingress_port == CPU_PORT:
+        return packet_out(frame)
+    n = len(frame)
+    # step 2: IPv4 only; IHL != 5, not UDP or a truncated UDP header: plain routing
+    if n < MIN_IPV4 or frame[12] != 0x08 or frame[13] != 0x00:
+        return []
+    if frame[14] & 0x0F != 5 or frame[23] != PROTO_UDP or n < MIN_UDP:
+        return route(p, bytearray(frame), ingress_port, False, n)
+    sport, dport, udp_len = UDP_HDR.unpack_from(frame, UDP)
+    if dport != HOTAGG_PORT and sport != HOTAGG_PORT:
+        return route(p, bytearray(frame), ingress_port, False, n)
+    sp, sb = p.stats_packets, p.stats_bytes
+    # step 3: every hotagg packet meets the drop simulator, even one that fails to parse
+    if sim_drop(p):
+        sp[SIM_DROP] += 1
+        sb[SIM_DROP] += n
+        return []
+    if dport != HOTAGG_PORT:  # a reply from the PS: the header is not parsed
+        return route(p, bytearray(frame), ingress_port, True, n)
+    # step 4: parser errors (truncated header or entries, count > 8), version, udp.length
+    if n < ENTRIES:
+        sp[MALFORMED] += 1
+        sb[MALFORMED] += n
+        return []
+    version, op, _flags, count, job_id, worker, seq, it, _mask = HOTAGG.unpack_from(frame, HA)
+    if (
+        count > MAX_ENTRIES
+        or n < ENTRIES + ENTRY_LEN * count
+        or version != VERSION
+        or udp_len != UDP_BASE_LEN + ENTRY_LEN * count
+    ):
+        sp[MALFORMED] += 1
+        sb[MALFORMED] += n
+        return []
+    # step 5: unknown op before unknown job
+    if op == 0 or op > LAST_OP:
+        sp[UNKNOWN_OP] += 1
+        sb[UNKNOWN_OP] += n
+        return []
+    job = lookup_job(p, job_id)
+    if job is None:
+        sp[UNKNOWN_JOB] += 1
+        sb[UNKNOWN_JOB] += n
+        return []
+    # step 6
+    if op == OP_PUSH:
+        out = push(p, frame, n, count, job_id, job, worker, seq, it)
+        if out is None:
+            return []
+    elif op == OP_PULL:
+        out = pull(p, frame, n, count, job_id, job, it)
+    elif op == OP_COLLECT:
+        out = collect(p, frame, n, count, job, it)
+    elif op == OP_WRITEBACK:
+        out = writeback(p, frame, n, count, job_id, job, it)
+    else:
+        sp[PASS] += 1
+        sb[PASS] += n
+        out = bytearray(frame)
+    # step 7
+    return route(p, out, ingress_port, True, n)
