@@ -73,11 +73,9 @@ run: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench
 
-stop:
-	-@$(PY) -m experiment stop 2>/dev/null || true
-	-@pkill -f 'softswitch' 2>/dev/null || true
-	-@pkill -x simple_switch_grpc 2>/dev/null || true
-	-@command -v mn >/dev/null && mn -c >/dev/null 2>&1 || true
+# Stops our switch processes (marked HOTAGG_RUN), Mininet nodes and links of hotagg runs.
+stop: $(STAMP)
+	$(PY) -m topologies.network cleanup
 
 clean:
 	rm -rf build runs .pytest_cache .ruff_cache bench/results

@@ -11,6 +11,7 @@ command -v mnexec >/dev/null 2>&1 || need_apt+=(mininet)
 command -v ifconfig >/dev/null 2>&1 || need_apt+=(net-tools)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v ethtool >/dev/null 2>&1 || need_apt+=(ethtool)
+command -v ping >/dev/null 2>&1 || need_apt+=(iputils-ping)
 "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
 
 if ((${#need_apt[@]})); then

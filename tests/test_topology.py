@@ -1,0 +1,208 @@
+"""Topology files: loading, validation errors, and the Mininet Topo graph (no root needed)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from topologies.topo import HotaggTopo
+from topologies.topology import TopologyFileError, load_topology, parse_topology
+
+TOPOLOGIES = Path(__file__).resolve().parent.parent / "topologies"
+
+# The shape of the P4 tutorials' exercises/basic/pod-topo/topology.json (two of its hosts).
+TUTORIAL = {
+    "hosts": {
+        "h1": {
+            "ip": "10.0.1.1/24",
+            "mac": "08:00:00:00:01:11",
+            "commands": [
+                "route add default gw 10.0.1.10 dev eth0",
+                "arp -i eth0 -s 10.0.1.10 08:00:00:00:01:00",
+            ],
+        },
+        "h3": {"ip": "10.0.3.3/24", "mac": "08:00:00:00:03:33", "commands": []},
+    },
+    "switches": {"s1": {"runtime_json": "pod-topo/s1-runtime.json"}, "s2": {}},
+    "links": [["h1", "s1-p1"], ["s1-p3", "s2-p1", "2ms", 10], ["s2-p2", "h3", 5]],
+}
+
+
+def parse(doc: dict):
+    return parse_topology(copy.deepcopy(doc), source="t.json")
+
+
+def test_tutorial_format_loads() -> None:
+    topo = parse(TUTORIAL)
+    assert list(topo.switches) == ["s1", "s2"]
+    assert topo.switches["s2"].device_id == 1 and topo.switches["s2"].grpc_port() == 50052
+    h1 = topo.hosts["h1"]
+    assert (h1.ip, h1.prefix_len, h1.role) == ("10.0.1.1", 24, "worker")
+    assert h1.commands[0].startswith("route add")
+    s2s = topo.links[1]
+    assert (s2s.node1, s2s.port1, s2s.node2, s2s.port2) == ("s1", 3, "s2", 1)
+    assert (s2s.latency, s2s.bandwidth, s2s.loss) == ("2ms", 10.0, 0.0)
+    # A host end given second is put first, and a bare number of latency means ms.
+    h3 = topo.links[2]
+    assert (h3.node1, h3.port1, h3.node2, h3.port2, h3.latency) == ("h3", None, "s2", 2, "5ms")
+    assert topo.attachment("h3") == ("s2", 2)
+
+
+@pytest.mark.parametrize("name", ["star.json", "leafspine.json"])
+def test_shipped_topologies(name: str) -> None:
+    topo = load_topology(TOPOLOGIES / name)
+    [ps] = topo.parameter_servers
+    assert len(topo.workers) == 4
+    ps_switch, _ = topo.attachment(ps.name)
+    assert topo.switches[ps_switch].aggregate
+    assert topo.service_ip_for(ps.name) == topo.switches[ps_switch].service_ip
+    assert [s.name for s in topo.switches.values() if s.aggregate] == [ps_switch]
+    # Workers sit on more than one leaf in the leaf-spine topology.
+    leaves = {topo.attachment(w.name)[0] for w in topo.workers}
+    assert len(leaves) == (2 if name == "leafspine.json" else 1)
+
+
+def test_extensions_and_link_object() -> None:
+    doc = copy.deepcopy(TUTORIAL)
+    doc["hosts"]["h3"]["role"] = "ps"
+    doc["switches"]["s2"] = {"aggregate": True, "service_ip": "10.0.3.254", "comment": "x"}
+    doc["links"][1] = {"node1": "s1-p3", "node2": "s2-p1", "latency": "100us", "loss": 1.5}
+    topo = parse(doc)
+    assert topo.service_ip_for("h3") == "10.0.3.254"
+    assert topo.service_ip_for("h1") is None  # s1 does not aggregate
+    assert topo.service_addresses() == {"10.0.3.254": "02:00:00:00:02:fe"}
+    link = topo.links[1]
+    assert link.needs_netem and link.loss == 1.5 and link.bandwidth is None
+    assert not topo.links[0].shaped
+
+
+def mutate(path: tuple, value: object, delete: bool = False) -> dict:
+    doc = copy.deepcopy(TUTORIAL)
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    if delete:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("hosts", "h1", "ip"), "10.0.1.1", "prefix length"),
+        (("hosts", "h1", "ip"), "10.0.1.300/24", "not an IPv4 address"),
+        (("hosts", "h1", "ip"), "10.0.3.3/24", "same IP"),
+        (("hosts", "h1", "mac"), "08:00:00:00:03:33", "same MAC"),
+        (("hosts", "h1", "mac"), "01:00:00:00:00:01", "multicast"),
+        (("hosts", "h1", "mac"), "08-00-00-00-01-11", "not a MAC"),
+        (("hosts", "h1", "role"), "server", "role 'server'"),
+        (("hosts", "h1", "rol"), "ps", "did you mean 'role'"),
+        (("hosts", "h1", "commands"), "ls", "list of strings"),
+        (("switches", "s1", "agregate"), True, "did you mean 'aggregate'"),
+        (("switches", "s1", "aggregate"), True, "needs a 'service_ip'"),
+        (("switches", "s1", "service_ip"), "10.0.1.1", "same IP"),
+        (("switches", "s1", "service_ip"), "10.0.9.0/24", "without a prefix length"),
+        (("switches", "s1", "cpu_port"), 511, "cpu_port"),
+        (("switches", "s1", "cpu_port"), 3, "CPU port"),
+        (("switches", "s-1"), {}, "switch name 's-1'"),
+        (("links", 0), ["h1", "s1"], "needs a port"),
+        (("links", 0), ["h1", "s9-p1"], "names no host"),
+        (("links", 0), ["h1", "s1-p0"], "numbered 1..510"),
+        (("links", 0), ["h1", "h3"], "joins two hosts"),
+        (("links", 0), ["h1", "s1-p3"], "already used"),
+        (("links", 0), ["h1", "s1-p1", "fast"], "not a time"),
+        (("links", 0), ["h1", "s1-p1", "1ms", -5], "positive number"),
+        (("links", 0), ["h1", "s1-p1", "1ms", None, 101], "percentage"),
+        (("links", 0), ["h1"], "expected"),
+        (("links", 0), {"node1": "h1"}, "'node1' and 'node2'"),
+        (("links",), {}, "must be a list"),
+        (("switches",), {}, "at least one switch"),
+    ],
+)
+def test_validation_errors(path: tuple, value: object, message: str) -> None:
+    with pytest.raises(TopologyFileError, match=r"^t\.json: ") as info:
+        parse(mutate(path, value))
+    assert message in str(info.value)
+
+
+def test_missing_pieces() -> None:
+    with pytest.raises(TopologyFileError, match="missing 'links'"):
+        parse(mutate(("links",), None, delete=True))
+    with pytest.raises(TopologyFileError, match="missing 'mac'"):
+        parse(mutate(("hosts", "h1", "mac"), None, delete=True))
+    second = mutate(("links",), [*TUTORIAL["links"], ["h1", "s2-p5"]])
+    with pytest.raises(TopologyFileError, match="second link"):
+        parse(second)
+    lonely = mutate(("hosts", "h9"), {"ip": "10.0.9.9/24", "mac": "08:00:00:00:09:99"})
+    with pytest.raises(TopologyFileError, match=r"\['h9'\] have no link"):
+        parse(lonely)
+    with pytest.raises(TopologyFileError, match="both a host and a switch"):
+        parse(mutate(("switches", "h1"), {}))
+
+
+def test_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(TopologyFileError, match="cannot read"):
+        load_topology(tmp_path / "nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{ hosts: }")
+    with pytest.raises(TopologyFileError, match="not valid JSON"):
+        load_topology(bad)
+    bad.write_text(json.dumps([1, 2]))
+    with pytest.raises(TopologyFileError, match="top level"):
+        load_topology(bad)
+
+
+def test_topo_graph() -> None:
+    topo = load_topology(TOPOLOGIES / "leafspine.json")
+    graph = HotaggTopo(topo, grpc_base_port=60000, intf_prefix="t9", netem=True)
+    assert graph.hosts() == ["h1", "h2", "h3", "h4", "h5"]
+    assert graph.switches() == ["s1", "s2", "s3"]
+    assert graph.grpc_ports == {"s1": 60000, "s2": 60001, "s3": 60002}
+    s2 = graph.nodeInfo("s2")
+    assert (s2["grpc_port"], s2["device_id"], s2["cpu_port"]) == (60001, 1, 255)
+    h5 = graph.nodeInfo("h5")
+    assert h5["ip"] == "10.0.1.5/24" and h5["mac"] == "08:00:00:00:01:05"
+    # Static ARP: every other host and the aggregating switch's service address.
+    assert set(h5["arp"]) == {"10.0.1.1", "10.0.1.2", "10.0.2.3", "10.0.2.4", "10.0.1.254"}
+    links = {(a, b): info for a, b, info in graph.links(withInfo=True)}
+    spine = links["s2", "s3"]
+    assert (spine["port1"], spine["port2"]) == (3, 2)
+    assert (spine["intfName1"], spine["intfName2"]) == ("t9s2-eth3", "t9s3-eth2")
+    assert spine["delay"] == "0.1ms" and spine["bw"] == 1000.0
+    assert links["h3", "s2"]["intfName1"] == "eth0"
+    assert graph.unshaped == []
+
+
+def test_topo_without_netem_drops_delay_and_loss() -> None:
+    doc = mutate(("links", 1), ["s1-p3", "s2-p1", "2ms", 10, 5])
+    graph = HotaggTopo(parse(doc), netem=False)
+    info = next(i for a, b, i in graph.links(withInfo=True) if (a, b) == ("s1", "s2"))
+    assert "delay" not in info and "loss" not in info and info["bw"] == 10
+    assert graph.unshaped == [
+        "s1-p3 <-> s2-p1 (delay 2ms, loss 5%)",
+        "h3 <-> s2-p2 (delay 5ms, loss 0%)",
+    ]
+    plain = next(i for a, b, i in graph.links(withInfo=True) if a == "h1")
+    assert plain["cls"].__name__ == "Link"  # no shaping asked: no TCLink
+
+
+def test_topo_rejects_long_interface_names() -> None:
+    with pytest.raises(ValueError, match="15 characters"):
+        HotaggTopo(parse(TUTORIAL), intf_prefix="verylongpfx")
+
+
+@pytest.mark.parametrize(("bw", "r2q"), [(1000.0, 625), (100.0, 63), (10.0, 10)])
+def test_htb_r2q_keeps_tc_quiet(bw: float, r2q: int) -> None:
+    """tc warns "quantum of class is big" when rate / r2q > 200000 bytes."""
+    from topologies.topo import HtbIntf
+
+    intf = object.__new__(HtbIntf)  # bwCmds only builds command templates
+    cmds, parent = intf.bwCmds(bw=bw)
+    assert cmds[0].endswith(f"htb default 1 r2q {r2q}") and parent == " parent 5:1 "
+    assert bw * 1e6 / 8 / r2q <= 200_000
+    assert f"rate {bw:f}Mbit" in cmds[1]

@@ -1,0 +1,421 @@
+"""Load and validate topology files in the P4 tutorials' topology.json format.
+
+The format (p4lang/tutorials utils/run_exercise.py)::
+
+    {"hosts":    {"h1": {"ip": "10.0.1.1/24", "mac": "08:00:00:00:01:11", "commands": [...]}},
+     "switches": {"s1": {"runtime_json": "..."}},
+     "links":    [["h1", "s1-p1"], ["s1-p2", "s2-p1", "0ms", 10], ...]}
+
+A link is [end1, end2, latency?, bandwidth?]: a host end is the host's name, a switch end is
+`<switch>-p<port>`. Latency is a tc time ("2ms", "500us") or a number of milliseconds;
+bandwidth is in Mbit/s (Mininet TCLink's `bw`), null for unlimited. A link may also be an
+object {"node1", "node2", "latency", "bandwidth", "loss"}.
+
+hotagg's extensions (all optional):
+- link: a fifth list element (or "loss") is the loss rate in percent, 0..100.
+- host "role": "worker" (default) or "ps" (a parameter server).
+- switch "aggregate": true marks the switches that aggregate hot keys, "service_ip" the
+  address a PS sends COLLECT/WRITEBACK to (the switch answers whatever the destination, but a
+  host needs an ARP entry and a route for it), "service_mac" its MAC (default 02:00:00:00:NN:fe),
+  "mac" the switch's own MAC (used by controller.forwarding for next-hop rewrites),
+  "cpu_port" (default 255).
+- "comment" keys are ignored everywhere (JSON has no comments).
+
+Everything here is pure: no root, no network. Errors are TopologyFileError with the file and
+the offending item in the message.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hosts.protocol import CPU_PORT
+
+ROLES = ("worker", "ps")
+MAX_PORT = 510  # 9-bit port; 511 is BMv2's drop port
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,7}")  # short: Linux interface names have 15 chars
+_MAC = re.compile(r"[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}")
+_TC_TIME = re.compile(r"\d+(\.\d+)?(us|ms|s)")
+
+_TOP_KEYS = {"hosts", "switches", "links", "comment"}
+_HOST_KEYS = {"ip", "mac", "commands", "role", "comment"}
+# The tutorials' keys are accepted (and ignored: our controller programs the switches).
+_SWITCH_KEYS = {
+    "runtime_json", "program", "cli_input", "priority_queues", "cpu_port",
+    "aggregate", "service_ip", "service_mac", "mac", "comment",
+}  # fmt: skip
+_LINK_KEYS = {"node1", "node2", "latency", "bandwidth", "loss", "comment"}
+
+
+class TopologyFileError(ValueError):
+    """The topology file is unreadable or malformed; the message says where and why."""
+
+
+Fail = Callable[[str], TopologyFileError]  # builds an error that names the file
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    ip: str  # address without prefix, "10.0.0.1"
+    prefix_len: int
+    mac: str  # lower case
+    role: str = "worker"
+    commands: tuple[str, ...] = ()
+
+    @property
+    def cidr(self) -> str:
+        return f"{self.ip}/{self.prefix_len}"
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str
+    index: int  # position in the file: gRPC port = base + index, device id = index
+    cpu_port: int = CPU_PORT
+    aggregate: bool = False
+    service_ip: str | None = None
+    service_mac: str | None = None
+    mac: str | None = None
+
+    @property
+    def device_id(self) -> int:
+        return self.index
+
+    def grpc_port(self, base: int = 50051) -> int:
+        """The tutorials' numbering: 50051 for the first switch, then upward."""
+        return base + self.index
+
+
+@dataclass(frozen=True)
+class Link:
+    """node1 is the host for a host link; port is None for a host end."""
+
+    node1: str
+    port1: int | None
+    node2: str
+    port2: int | None
+    latency: str = "0ms"
+    bandwidth: float | None = None  # Mbit/s
+    loss: float = 0.0  # percent
+
+    @property
+    def is_host_link(self) -> bool:
+        return self.port1 is None
+
+    @property
+    def needs_netem(self) -> bool:
+        """Delay and loss are tc netem's job (bandwidth is htb's)."""
+        return self.loss > 0 or _seconds(self.latency) > 0
+
+    @property
+    def shaped(self) -> bool:
+        """Whether TCLink has anything to do on this link."""
+        return self.bandwidth is not None or self.needs_netem
+
+
+@dataclass(frozen=True)
+class Topology:
+    hosts: dict[str, Host]
+    switches: dict[str, Switch]  # in file order
+    links: tuple[Link, ...]
+    source: str = "<memory>"
+    _attach: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False, compare=False)
+
+    def attachment(self, host: str) -> tuple[str, int]:
+        """(switch, port) the host is cabled to."""
+        if host not in self.hosts:
+            raise KeyError(f"no host {host!r} in {self.source} (have {sorted(self.hosts)})")
+        return self._attach[host]
+
+    def hosts_with_role(self, role: str) -> list[Host]:
+        """Hosts of `role` in name order (h2 before h10)."""
+        return sorted((h for h in self.hosts.values() if h.role == role), key=_natural)
+
+    @property
+    def workers(self) -> list[Host]:
+        return self.hosts_with_role("worker")
+
+    @property
+    def parameter_servers(self) -> list[Host]:
+        return self.hosts_with_role("ps")
+
+    def service_ip_for(self, host: str) -> str | None:
+        """Where `host` (a PS) sends COLLECT/WRITEBACK: the service address of the switch it
+        is cabled to, if that switch aggregates; None means no in-network aggregation."""
+        sw = self.switches[self.attachment(host)[0]]
+        return sw.service_ip if sw.aggregate else None
+
+    def service_addresses(self) -> dict[str, str]:
+        """service IP -> service MAC of every switch that has one (hosts get static ARP)."""
+        return {
+            s.service_ip: s.service_mac
+            for s in self.switches.values()
+            if s.service_ip and s.service_mac
+        }
+
+
+def _natural(h: Host) -> tuple[str, int]:
+    m = re.fullmatch(r"(.*?)(\d*)", h.name)
+    assert m is not None
+    return (m.group(1), int(m.group(2) or 0))
+
+
+def _seconds(tc_time: str) -> float:
+    m = _TC_TIME.fullmatch(tc_time)
+    if not m:
+        return 0.0
+    scale = {"us": 1e-6, "ms": 1e-3, "s": 1.0}[m.group(2)]
+    return float(tc_time[: -len(m.group(2))]) * scale
+
+
+def load_topology(path: str | Path) -> Topology:
+    """Read and validate a topology file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise TopologyFileError(f"cannot read topology {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise TopologyFileError(f"{path}: not valid JSON: {e}") from None
+    return parse_topology(data, source=str(path))
+
+
+def parse_topology(data: Any, source: str = "<memory>") -> Topology:
+    """Validate a decoded topology.json document and build a Topology."""
+
+    def fail(msg: str) -> TopologyFileError:
+        return TopologyFileError(f"{source}: {msg}")
+
+    if not isinstance(data, Mapping):
+        raise fail("the top level must be an object with 'hosts', 'switches' and 'links'")
+    _check_keys(data, _TOP_KEYS, "the top level", fail)
+    for key in ("hosts", "switches", "links"):
+        if key not in data:
+            raise fail(f"missing '{key}'")
+    if not isinstance(data["hosts"], Mapping) or not isinstance(data["switches"], Mapping):
+        raise fail("'hosts' and 'switches' must be objects keyed by node name")
+    if not isinstance(data["links"], list):
+        raise fail("'links' must be a list")
+    if not data["switches"]:
+        raise fail("there must be at least one switch")
+
+    hosts = {name: _parse_host(name, spec, fail) for name, spec in data["hosts"].items()}
+    switches = {
+        name: _parse_switch(name, i, spec, fail)
+        for i, (name, spec) in enumerate(data["switches"].items())
+    }
+    clash = hosts.keys() & switches.keys()
+    if clash:
+        raise fail(f"{sorted(clash)} name both a host and a switch")
+    _check_unique([(h.ip, f"host {h.name}") for h in hosts.values()], "IP address", fail)
+    _check_unique([(h.mac, f"host {h.name}") for h in hosts.values()], "MAC address", fail)
+    services = [(s.service_ip, f"switch {s.name}") for s in switches.values() if s.service_ip]
+    _check_unique([(h.ip, f"host {h.name}") for h in hosts.values()] + services, "IP", fail)
+    _check_unique(
+        [(h.mac, f"host {h.name}") for h in hosts.values()]
+        + [(s.service_mac, f"switch {s.name} service") for s in switches.values() if s.service_ip],
+        "MAC",
+        fail,
+    )
+
+    links = tuple(_parse_link(i, raw, hosts, switches, fail) for i, raw in enumerate(data["links"]))
+    attach: dict[str, tuple[str, int]] = {}
+    used: dict[tuple[str, int], int] = {}
+    for i, link in enumerate(links):
+        for node, port in ((link.node1, link.port1), (link.node2, link.port2)):
+            if port is None:
+                continue
+            if (node, port) in used:
+                first = used[node, port]
+                raise fail(f"link {i}: port {node}-p{port} is already used by link {first}")
+            used[node, port] = i
+        if link.is_host_link:
+            if link.node1 in attach:
+                raise fail(f"link {i}: host {link.node1} has a second link (one per host)")
+            attach[link.node1] = (link.node2, link.port2)  # type: ignore[assignment]
+    unlinked = sorted(set(hosts) - set(attach))
+    if unlinked:
+        raise fail(f"hosts {unlinked} have no link to a switch")
+    for sw in switches.values():
+        if any(port == sw.cpu_port for (name, port) in used if name == sw.name):
+            raise fail(f"switch {sw.name}: port {sw.cpu_port} is its CPU port, not a link port")
+    return Topology(hosts, switches, links, source, attach)
+
+
+def _check_keys(obj: Mapping, allowed: set[str], where: str, fail: Fail) -> None:
+    for key in obj:
+        if key not in allowed:
+            near = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            hint = f" (did you mean '{near[0]}'?)" if near else f" (known: {sorted(allowed)})"
+            raise fail(f"{where}: unknown key '{key}'{hint}")
+
+
+def _check_unique(items: list[tuple[Any, str]], what: str, fail: Fail) -> None:
+    seen: dict[Any, str] = {}
+    for value, owner in items:
+        if value in seen:
+            raise fail(f"{owner} and {seen[value]} have the same {what} {value}")
+        seen[value] = owner
+
+
+def _check_name(name: Any, kind: str, fail: Fail) -> None:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise fail(
+            f"{kind} name {name!r}: use a letter then up to 7 letters, digits or '_' "
+            "(names become interface names such as s1-eth1, and '-' separates the port)"
+        )
+
+
+def _parse_ipv4(text: Any, what: str, fail: Fail) -> ipaddress.IPv4Interface:
+    try:
+        return ipaddress.IPv4Interface(text)
+    except (ValueError, TypeError):
+        raise fail(f"{what}: {text!r} is not an IPv4 address") from None
+
+
+def _parse_mac(text: Any, what: str, fail: Fail) -> str:
+    if not isinstance(text, str) or not _MAC.fullmatch(text):
+        raise fail(f"{what}: {text!r} is not a MAC address like 08:00:00:00:01:11")
+    if int(text[:2], 16) & 1:
+        raise fail(f"{what}: {text} is a multicast MAC; use a unicast one")
+    return text.lower()
+
+
+def _parse_host(name: str, spec: Any, fail: Fail) -> Host:
+    _check_name(name, "host", fail)
+    if not isinstance(spec, Mapping):
+        raise fail(f"host {name}: must be an object with 'ip' and 'mac'")
+    _check_keys(spec, _HOST_KEYS, f"host {name}", fail)
+    for key in ("ip", "mac"):
+        if key not in spec:
+            raise fail(f"host {name}: missing '{key}'")
+    if not isinstance(spec["ip"], str) or "/" not in spec["ip"]:
+        raise fail(f"host {name}: 'ip' must carry a prefix length, like 10.0.1.1/24")
+    iface = _parse_ipv4(spec["ip"], f"host {name}", fail)
+    if iface.network.prefixlen < 32 and iface.ip in (
+        iface.network.network_address,
+        iface.network.broadcast_address,
+    ):
+        raise fail(f"host {name}: {spec['ip']} is the network or broadcast address")
+    role = spec.get("role", "worker")
+    if role not in ROLES:
+        raise fail(f"host {name}: role {role!r} is not one of {ROLES}")
+    commands = spec.get("commands", [])
+    if not isinstance(commands, list) or not all(isinstance(c, str) for c in commands):
+        raise fail(f"host {name}: 'commands' must be a list of strings")
+    return Host(
+        name=name,
+        ip=str(iface.ip),
+        prefix_len=iface.network.prefixlen,
+        mac=_parse_mac(spec["mac"], f"host {name}", fail),
+        role=role,
+        commands=tuple(commands),
+    )
+
+
+def _parse_switch(name: str, index: int, spec: Any, fail: Fail) -> Switch:
+    _check_name(name, "switch", fail)
+    spec = {} if spec is None else spec
+    if not isinstance(spec, Mapping):
+        raise fail(f"switch {name}: must be an object")
+    _check_keys(spec, _SWITCH_KEYS, f"switch {name}", fail)
+    cpu_port = spec.get("cpu_port", CPU_PORT)
+    if type(cpu_port) is not int or not 1 <= cpu_port <= MAX_PORT:
+        raise fail(f"switch {name}: cpu_port {cpu_port!r} must be an integer in 1..{MAX_PORT}")
+    aggregate = spec.get("aggregate", False)
+    if not isinstance(aggregate, bool):
+        raise fail(f"switch {name}: 'aggregate' must be true or false")
+    service_ip = service_mac = None
+    if "service_ip" in spec:
+        iface = _parse_ipv4(spec["service_ip"], f"switch {name} service_ip", fail)
+        if iface.network.prefixlen != 32:
+            raise fail(f"switch {name}: service_ip is one address, without a prefix length")
+        service_ip = str(iface.ip)
+        default_mac = f"02:00:00:00:{index + 1 & 0xFF:02x}:fe"
+        service_mac = _parse_mac(
+            spec.get("service_mac", default_mac), f"switch {name} service_mac", fail
+        )
+    elif "service_mac" in spec:
+        raise fail(f"switch {name}: 'service_mac' without 'service_ip'")
+    if aggregate and service_ip is None:
+        raise fail(
+            f"switch {name}: an aggregating switch needs a 'service_ip' "
+            "(the address its PS sends COLLECT/WRITEBACK to)"
+        )
+    mac = _parse_mac(spec["mac"], f"switch {name} mac", fail) if "mac" in spec else None
+    return Switch(name, index, cpu_port, aggregate, service_ip, service_mac, mac)
+
+
+def _parse_latency(value: Any, where: str, fail: Fail) -> str:
+    if isinstance(value, bool):
+        raise fail(f"{where}: latency {value!r} is not a time")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise fail(f"{where}: latency {value} is negative")
+        return f"{value}ms"  # the tutorials' rule: a number is milliseconds
+    if isinstance(value, str) and _TC_TIME.fullmatch(value):
+        return value
+    raise fail(f"{where}: latency {value!r} is not a time like '2ms', '500us' or a number of ms")
+
+
+def _parse_link(i: int, raw: Any, hosts: dict, switches: dict, fail: Fail) -> Link:
+    where = f"link {i} {json.dumps(raw)}"
+    if isinstance(raw, list):
+        if not 2 <= len(raw) <= 5:
+            raise fail(f"{where}: [end1, end2, latency?, bandwidth?, loss?] expected")
+        spec = dict(zip(("node1", "node2", "latency", "bandwidth", "loss"), raw))
+    elif isinstance(raw, Mapping):
+        _check_keys(raw, _LINK_KEYS, where, fail)
+        if "node1" not in raw or "node2" not in raw:
+            raise fail(f"{where}: a link object needs 'node1' and 'node2'")
+        spec = dict(raw)
+    else:
+        raise fail(f"{where}: a link is a list [end1, end2, ...] or an object")
+    ends = [_parse_end(spec[k], where, hosts, switches, fail) for k in ("node1", "node2")]
+    if ends[0][1] is None and ends[1][1] is None:
+        raise fail(f"{where}: joins two hosts; hosts connect to switches")
+    if ends[0][0] == ends[1][0]:
+        raise fail(f"{where}: both ends are on {ends[0][0]}")
+    if ends[1][1] is None:  # host end first, as the tutorials order it
+        ends.reverse()
+    latency = _parse_latency(spec.get("latency", "0ms"), where, fail)
+    bw = spec.get("bandwidth")
+    if bw is not None and (isinstance(bw, bool) or not isinstance(bw, (int, float)) or bw <= 0):
+        raise fail(f"{where}: bandwidth {bw!r} must be a positive number of Mbit/s or null")
+    loss = spec.get("loss", 0)
+    if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not 0 <= loss <= 100:
+        raise fail(f"{where}: loss {loss!r} must be a percentage in 0..100")
+    return Link(
+        ends[0][0],
+        ends[0][1],
+        ends[1][0],
+        ends[1][1],
+        latency,
+        None if bw is None else float(bw),
+        float(loss),
+    )
+
+
+def _parse_end(
+    text: Any, where: str, hosts: dict, switches: dict, fail: Fail
+) -> tuple[str, int | None]:
+    if not isinstance(text, str):
+        raise fail(f"{where}: end {text!r} is not a string")
+    if text in hosts:
+        return text, None
+    name, sep, port = text.rpartition("-p")
+    if sep and name in switches:
+        if not port.isdigit() or not 1 <= int(port) <= MAX_PORT:
+            raise fail(f"{where}: {text}: switch ports are numbered 1..{MAX_PORT}")
+        return name, int(port)
+    if text in switches:
+        raise fail(f"{where}: switch end {text!r} needs a port, like {text}-p1")
+    raise fail(f"{where}: {text!r} names no host and no '<switch>-p<port>' of this topology")
