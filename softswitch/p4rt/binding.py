@@ -1,0 +1,159 @@
+"""Binds the ids of a pushed P4Info to the pipeline's objects (looked up by P4Info name).
+
+The pipeline knows its tables, counters and registers by fully qualified P4Info name; the
+controller speaks in P4Info ids. A binding is built once per SetForwardingPipelineConfig
+and is read-only afterwards, so gRPC threads share it without locking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from p4.config.v1 import p4info_pb2
+
+MATCH_KINDS = {p4info_pb2.MatchField.EXACT: "exact", p4info_pb2.MatchField.LPM: "lpm"}
+
+
+@dataclass
+class FieldBinding:
+    id: int
+    name: str
+    bitwidth: int
+    kind: str  # "exact" | "lpm"
+    position: int  # index into the pipeline's match tuple
+
+
+@dataclass
+class ActionBinding:
+    id: int
+    name: str
+    # (param id, bitwidth) in the order of the pipeline's ActionSpec.params
+    params: list[tuple[int, int]]
+    param_index: dict[int, int]  # param id -> position
+
+
+@dataclass
+class TableBinding:
+    id: int
+    name: str
+    table: Any  # softswitch.state.Table
+    fields: list[FieldBinding]  # P4Info order
+    field_by_id: dict[int, FieldBinding]
+    direct_counter_id: int = 0
+
+
+@dataclass
+class Binding:
+    tables: dict[int, TableBinding] = field(default_factory=dict)
+    actions: dict[int, ActionBinding] = field(default_factory=dict)
+    action_ids: dict[str, int] = field(default_factory=dict)
+    counters: dict[int, Any] = field(default_factory=dict)  # id -> state.Counter
+    direct_counters: dict[int, int] = field(default_factory=dict)  # id -> table id
+    registers: dict[int, Any] = field(default_factory=dict)  # id -> state.Register
+    packet_in: list[tuple[int, int]] = field(default_factory=list)  # (id, bitwidth)
+    packet_out: list[tuple[int, int]] = field(default_factory=list)
+
+
+class BindingError(ValueError):
+    """The P4Info names objects the pipeline does not have; `problems` lists them."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def _bind_action(action: p4info_pb2.Action, spec: Any, problems: list[str]) -> ActionBinding:
+    by_name = {p.name: p for p in action.params}
+    params: list[tuple[int, int]] = []
+    for pname, width in spec.params:
+        p = by_name.get(pname)
+        if p is None:
+            problems.append(f"action {action.preamble.name}: no parameter {pname!r}")
+            continue
+        params.append((p.id, width))
+    if len(action.params) != len(spec.params):
+        problems.append(
+            f"action {action.preamble.name}: {len(action.params)} parameters in the P4Info, "
+            f"{len(spec.params)} in the pipeline"
+        )
+    return ActionBinding(
+        id=action.preamble.id,
+        name=action.preamble.name,
+        params=params,
+        param_index={pid: i for i, (pid, _) in enumerate(params)},
+    )
+
+
+def _bind_table(t: p4info_pb2.Table, table: Any, problems: list[str]) -> TableBinding:
+    positions = {f.name: i for i, f in enumerate(table.fields)}
+    fields = []
+    for i, mf in enumerate(t.match_fields):
+        kind = MATCH_KINDS.get(mf.match_type)
+        pos = positions.get(mf.name, i)
+        if kind is None:
+            problems.append(f"table {t.preamble.name}: match kind of {mf.name!r} not supported")
+            continue
+        if pos >= len(table.fields) or table.fields[pos].kind != kind:
+            problems.append(f"table {t.preamble.name}: field {mf.name!r} does not fit")
+            continue
+        fields.append(FieldBinding(mf.id, mf.name, table.fields[pos].bitwidth, kind, pos))
+    if len(t.match_fields) != len(table.fields):
+        problems.append(f"table {t.preamble.name}: wrong number of match fields")
+    return TableBinding(
+        id=t.preamble.id,
+        name=t.preamble.name,
+        table=table,
+        fields=fields,
+        field_by_id={f.id: f for f in fields},
+    )
+
+
+def bind(p4info: p4info_pb2.P4Info, pipeline: Any) -> Binding:
+    """Binding of `p4info` to `pipeline`; raises BindingError listing what does not fit."""
+    problems: list[str] = []
+    b = Binding()
+    actions = {a.preamble.id: a for a in p4info.actions}
+    for t in p4info.tables:
+        table = pipeline.tables.get(t.preamble.name)
+        if table is None:
+            problems.append(f"table {t.preamble.name} is not in the pipeline")
+            continue
+        b.tables[t.preamble.id] = _bind_table(t, table, problems)
+        for ref in t.action_refs:
+            a = actions.get(ref.id)
+            if a is None:
+                problems.append(f"table {t.preamble.name}: unknown action id {ref.id:#x}")
+            elif a.preamble.name not in table.actions:
+                problems.append(f"table {t.preamble.name}: action {a.preamble.name} unknown")
+            elif ref.id not in b.actions:
+                b.actions[ref.id] = _bind_action(a, table.actions[a.preamble.name], problems)
+    b.action_ids = {a.name: aid for aid, a in b.actions.items()}
+    for c in p4info.counters:
+        counter = pipeline.counters.get(c.preamble.name)
+        if counter is None:
+            problems.append(f"counter {c.preamble.name} is not in the pipeline")
+        else:
+            b.counters[c.preamble.id] = counter
+    for dc in p4info.direct_counters:
+        tb = b.tables.get(dc.direct_table_id)
+        if tb is None or not tb.table.has_direct_counter:
+            problems.append(f"direct counter {dc.preamble.name}: table has no direct counter")
+        else:
+            b.direct_counters[dc.preamble.id] = tb.id
+            tb.direct_counter_id = dc.preamble.id
+    for r in p4info.registers:
+        register = pipeline.registers.get(r.preamble.name)
+        if register is None:
+            problems.append(f"register {r.preamble.name} is not in the pipeline")
+        else:
+            b.registers[r.preamble.id] = register
+    for cpm in p4info.controller_packet_metadata:
+        fields = [(m.id, m.bitwidth) for m in cpm.metadata]
+        if cpm.preamble.name == "packet_in":
+            b.packet_in = fields
+        elif cpm.preamble.name == "packet_out":
+            b.packet_out = fields
+    if problems:
+        raise BindingError(problems)
+    return b

@@ -1,0 +1,414 @@
+"""The P4Runtime gRPC service of the embedded switch (p4runtime 1.4.1 protos).
+
+One device per server. Control-plane requests are serialised by one lock (the packet thread
+never takes it: state writes are single dict assignments, see softswitch/state.py). Packet
+I/O goes through a `Dataplane` (softswitch.runtime): PacketOut -> `inject(cpu_port, header +
+payload)`; the data plane hands frames the pipeline sent to the CPU port to `packet_in()`.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import grpc
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from softswitch.p4rt.arbitration import Arbiter, Client, election_int
+from softswitch.p4rt.binding import Binding, BindingError, bind
+from softswitch.p4rt.codec import decode, encode, header_len, pack_header, unpack_header
+from softswitch.p4rt.entities import read_entity, write_update
+from softswitch.p4rt.errors import STATUS_DETAILS_KEY, P4RTError, batch_status
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "1.4.1"
+READ_CHUNK = 1000  # entities per ReadResponse message
+MAX_QUEUED_PACKET_INS = 1024  # per stream; more are dropped (and counted)
+SetReq = p4runtime_pb2.SetForwardingPipelineConfigRequest
+GetReq = p4runtime_pb2.GetForwardingPipelineConfigRequest
+_CLOSED = object()
+
+
+class ServerStartError(RuntimeError):
+    """The gRPC server could not listen on the requested address."""
+
+
+class Dataplane(Protocol):
+    def inject(self, ingress_port: int, frame: bytes) -> None: ...
+
+
+class _Status(
+    collections.namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status
+):
+    pass
+
+
+@dataclass
+class _Config:
+    p4info: p4info_pb2.P4Info
+    device_config: bytes
+    cookie: p4runtime_pb2.ForwardingPipelineConfig.Cookie | None
+    binding: Binding
+
+
+def _rpc(method: Callable) -> Callable:
+    """Turn a P4RTError raised by a unary RPC into its gRPC status."""
+
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except P4RTError as e:
+            context.abort(e.code, e.message)
+
+    wrapper.__name__ = method.__name__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
+class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
+    def __init__(
+        self,
+        pipeline: Any,
+        device_id: int,
+        cpu_port: int,
+        check_p4info: Callable[[p4info_pb2.P4Info], list[str]],
+    ) -> None:
+        self.pipeline = pipeline
+        self.device_id = device_id
+        self.cpu_port = cpu_port
+        self.check_p4info = check_p4info
+        self.dataplane: Dataplane | None = None
+        self.arbiter = Arbiter(device_id)
+        self.lock = threading.Lock()
+        self.config: _Config | None = None
+        self.saved_uncommitted = False
+        self.counts = collections.Counter()
+
+    # ------------------------------------------------------------------ helpers
+    def _check_device(self, device_id: int) -> None:
+        if device_id != self.device_id:
+            raise P4RTError(
+                grpc.StatusCode.NOT_FOUND,
+                f"unknown device id {device_id}: this switch is device {self.device_id}",
+            )
+
+    def _check_writer(self, request: Any) -> None:
+        election = request.election_id if request.HasField("election_id") else None
+        self.arbiter.check_writer(request.role, election)
+
+    def _binding(self) -> Binding:
+        config = self.config
+        if config is None:
+            raise P4RTError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "no forwarding pipeline config set: call SetForwardingPipelineConfig first",
+            )
+        return config.binding
+
+    def _verify(self, config: p4runtime_pb2.ForwardingPipelineConfig) -> _Config:
+        problems = list(self.check_p4info(config.p4info))
+        binding = None
+        try:
+            binding = bind(config.p4info, self.pipeline)
+        except BindingError as e:
+            problems += [p for p in e.problems if p not in problems]
+        if problems or binding is None:
+            more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+            raise P4RTError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "P4Info does not fit the embedded hotagg pipeline: "
+                + "; ".join(problems[:5])
+                + more,
+            )
+        cookie = config.cookie if config.HasField("cookie") else None
+        return _Config(config.p4info, config.p4_device_config, cookie, binding)
+
+    # ------------------------------------------------------------------ unary RPCs
+    def Capabilities(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return p4runtime_pb2.CapabilitiesResponse(p4runtime_api_version=API_VERSION)
+
+    @_rpc
+    def SetForwardingPipelineConfig(self, request: SetReq, context: grpc.ServicerContext) -> Any:
+        self._check_device(request.device_id)
+        self._check_writer(request)
+        action = request.action
+        if action == SetReq.COMMIT:
+            if request.HasField("config"):
+                raise P4RTError(grpc.StatusCode.INVALID_ARGUMENT, "COMMIT takes no config")
+            with self.lock:
+                if not self.saved_uncommitted:
+                    raise P4RTError(grpc.StatusCode.NOT_FOUND, "no saved config to commit")
+                self.saved_uncommitted = False  # writes already went to the saved config
+            return p4runtime_pb2.SetForwardingPipelineConfigResponse()
+        if action == SetReq.UNSPECIFIED:
+            raise P4RTError(grpc.StatusCode.INVALID_ARGUMENT, "action is not set")
+        if not request.HasField("config"):
+            raise P4RTError(grpc.StatusCode.INVALID_ARGUMENT, "config is missing")
+        new = self._verify(request.config)
+        if action == SetReq.VERIFY:
+            return p4runtime_pb2.SetForwardingPipelineConfigResponse()
+        with self.lock:
+            if action == SetReq.VERIFY_AND_COMMIT:
+                self.pipeline.reset()  # a new pipeline starts from empty tables and registers
+            self.config = new
+            self.saved_uncommitted = action == SetReq.VERIFY_AND_SAVE
+        log.info("pipeline config set (%s)", SetReq.Action.Name(action))
+        return p4runtime_pb2.SetForwardingPipelineConfigResponse()
+
+    @_rpc
+    def GetForwardingPipelineConfig(self, request: GetReq, context: grpc.ServicerContext) -> Any:
+        self._check_device(request.device_id)
+        response = p4runtime_pb2.GetForwardingPipelineConfigResponse()
+        config = self.config
+        if config is None:
+            return response  # spec: the config field stays unset
+        out = response.config
+        kind = request.response_type
+        if kind in (GetReq.ALL, GetReq.P4INFO_AND_COOKIE):
+            out.p4info.CopyFrom(config.p4info)
+        if kind in (GetReq.ALL, GetReq.DEVICE_CONFIG_AND_COOKIE):
+            out.p4_device_config = config.device_config
+        if config.cookie is not None:
+            out.cookie.CopyFrom(config.cookie)
+        return response
+
+    @_rpc
+    def Write(self, request: p4runtime_pb2.WriteRequest, context: grpc.ServicerContext) -> Any:
+        self._check_device(request.device_id)
+        self._check_writer(request)
+        binding = self._binding()
+        if request.atomicity != p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR:
+            raise P4RTError(grpc.StatusCode.UNIMPLEMENTED, "only CONTINUE_ON_ERROR is supported")
+        results: list[P4RTError | None] = []
+        with self.lock:
+            for update in request.updates:
+                try:
+                    write_update(binding, update)
+                    results.append(None)
+                except P4RTError as e:
+                    results.append(e)
+                except Exception as e:  # a bug must not abort the rest of the batch
+                    log.exception("update failed unexpectedly")
+                    results.append(P4RTError(grpc.StatusCode.INTERNAL, f"internal error: {e}"))
+        failed = [(i, e) for i, e in enumerate(results) if e is not None]
+        if not failed:
+            return p4runtime_pb2.WriteResponse()
+        i, first = failed[0]
+        status = batch_status(results)
+        details = f"{status.message}; first: update {i}: {first.code.name}: {first.message}"
+        context.abort_with_status(
+            _Status(
+                grpc.StatusCode.UNKNOWN,
+                details,
+                ((STATUS_DETAILS_KEY, status.SerializeToString()),),
+            )
+        )
+
+    def Read(self, request: p4runtime_pb2.ReadRequest, context: grpc.ServicerContext) -> Any:
+        try:
+            self._check_device(request.device_id)
+            binding = self._binding()
+            with self.lock:  # a consistent snapshot; streamed after the lock is released
+                found = [e for ent in request.entities for e in read_entity(binding, ent)]
+        except P4RTError as e:
+            context.abort(e.code, e.message)
+        for start in range(0, max(len(found), 1), READ_CHUNK):
+            yield p4runtime_pb2.ReadResponse(entities=found[start : start + READ_CHUNK])
+
+    # ------------------------------------------------------------------ stream
+    def StreamChannel(self, request_iterator: Iterator, context: grpc.ServicerContext) -> Any:
+        client = Client(device_id=self.device_id)
+        context.add_callback(lambda: client.outbox.put(_CLOSED))
+        reader = threading.Thread(
+            target=self._read_stream, args=(request_iterator, client), daemon=True
+        )
+        reader.start()
+        try:
+            while True:
+                item = client.outbox.get()
+                if item is _CLOSED:
+                    return
+                if isinstance(item, P4RTError):
+                    context.abort(item.code, item.message)
+                yield item
+        finally:
+            self.arbiter.remove(client)
+
+    def _read_stream(self, requests: Iterator, client: Client) -> None:
+        try:
+            for req in requests:
+                which = req.WhichOneof("update")
+                if which == "arbitration":
+                    self._arbitrate(client, req.arbitration)
+                elif which == "packet":
+                    self._packet_out(client, req.packet)
+        except P4RTError as e:
+            client.outbox.put(e)
+        except grpc.RpcError:
+            pass  # the client went away
+        except Exception:
+            log.exception("stream reader failed")
+        client.outbox.put(_CLOSED)
+
+    def _arbitrate(self, client: Client, arb: p4runtime_pb2.MasterArbitrationUpdate) -> None:
+        if arb.device_id != self.device_id:
+            if client.registered:
+                raise P4RTError(
+                    grpc.StatusCode.FAILED_PRECONDITION, "the device id of a stream cannot change"
+                )
+            self._check_device(arb.device_id)
+        role = arb.role.name if arb.HasField("role") else ""
+        self.arbiter.arbitrate(client, role, election_int(arb.election_id))
+
+    def _stream_error(self, client: Client, code: grpc.StatusCode, message: str) -> None:
+        msg = p4runtime_pb2.StreamMessageResponse()
+        msg.error.canonical_code = code.value[0]
+        msg.error.message = message
+        msg.error.packet_out.SetInParent()
+        client.outbox.put(msg)
+
+    def _packet_out(self, client: Client, packet: p4runtime_pb2.PacketOut) -> None:
+        if not client.registered or self.arbiter.primary(client.role) is not client:
+            self.counts["packet_out_not_primary"] += 1
+            self._stream_error(client, grpc.StatusCode.PERMISSION_DENIED, "not primary")
+            return
+        config = self.config
+        if config is None or not config.binding.packet_out:
+            self.counts["packet_out_no_config"] += 1
+            self._stream_error(client, grpc.StatusCode.FAILED_PRECONDITION, "no pipeline set")
+            return
+        fields = config.binding.packet_out
+        widths = dict(fields)
+        values = {}
+        try:
+            for m in packet.metadata:
+                if m.metadata_id not in widths:
+                    raise P4RTError(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"packet_out has no metadata id {m.metadata_id}",
+                    )
+                what = f"packet_out metadata {m.metadata_id}"
+                values[m.metadata_id] = decode(m.value, widths[m.metadata_id], what)
+        except P4RTError as e:
+            self.counts["packet_out_bad_metadata"] += 1
+            self._stream_error(client, e.code, e.message)
+            return
+        dataplane = self.dataplane
+        if dataplane is None:
+            self.counts["packet_out_no_dataplane"] += 1
+            return
+        self.counts["packet_out"] += 1
+        dataplane.inject(self.cpu_port, pack_header(fields, values) + packet.payload)
+
+    def packet_in(self, data: bytes) -> None:
+        """A frame the pipeline sent to the CPU port (packet_in header first) -> PacketIn."""
+        config = self.config
+        primary = self.arbiter.primary("")
+        fields = config.binding.packet_in if config is not None else []
+        n = header_len(fields)
+        if primary is None or not fields or len(data) < n:
+            self.counts["packet_in_dropped"] += 1
+            return
+        if primary.outbox.qsize() >= MAX_QUEUED_PACKET_INS:
+            primary.packet_ins_dropped += 1
+            self.counts["packet_in_dropped"] += 1
+            return
+        msg = p4runtime_pb2.StreamMessageResponse()
+        msg.packet.payload = data[n:]
+        for mid, value in unpack_header(fields, data):
+            msg.packet.metadata.add(metadata_id=mid, value=encode(value))
+        self.counts["packet_in"] += 1
+        primary.outbox.put(msg)
+
+
+def probe_bind(address: str) -> None:
+    """Raise ServerStartError if `address` (HOST:PORT) cannot be bound, with the reason.
+
+    gRPC's own bind failure only says "failed to add port" (and logs to stderr), so the
+    address is tried with a plain socket first.
+    """
+    host, _, port_s = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        infos = socket.getaddrinfo(host, int(port_s), type=socket.SOCK_STREAM)
+    except (OSError, ValueError) as e:
+        raise ServerStartError(f"cannot serve P4Runtime on {address}: {e}") from None
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
+            try:
+                s.bind(sockaddr)
+            except OSError as e:
+                reason = "the port is in use" if e.errno == errno.EADDRINUSE else e.strerror
+                raise ServerStartError(f"cannot serve P4Runtime on {address}: {reason}") from None
+
+
+def _default_checker() -> Callable[[p4info_pb2.P4Info], list[str]]:
+    from softswitch.schema import check_p4info
+
+    return check_p4info
+
+
+class P4RuntimeServer:
+    """The gRPC server around a P4RuntimeService; `start()` returns the bound TCP port."""
+
+    def __init__(
+        self,
+        pipeline: Any,
+        *,
+        device_id: int = 0,
+        cpu_port: int = 255,
+        address: str = "127.0.0.1:0",
+        check_p4info: Callable[[p4info_pb2.P4Info], list[str]] | None = None,
+        max_workers: int = 32,
+    ) -> None:
+        self.address = address
+        self.max_workers = max_workers
+        self.service = P4RuntimeService(
+            pipeline, device_id, cpu_port, check_p4info or _default_checker()
+        )
+        self.port = 0
+        self._server: grpc.Server | None = None
+
+    def start(self) -> int:
+        probe_bind(self.address)
+        server = grpc.server(
+            futures.ThreadPoolExecutor(self.max_workers, thread_name_prefix="p4rt"),
+            # without this, gRPC shares a port with another process (SO_REUSEPORT)
+            options=[("grpc.so_reuseport", 0)],
+        )
+        p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(self.service, server)
+        try:
+            port = server.add_insecure_port(self.address)
+        except RuntimeError as e:
+            port = 0
+            log.debug("bind failed: %s", e)
+        if not port:
+            raise ServerStartError(
+                f"cannot serve P4Runtime on {self.address}: the port is in use "
+                "or the address is not local"
+            )
+        server.start()
+        self._server = server
+        self.port = port
+        return port
+
+    def attach_dataplane(self, dataplane: Dataplane) -> None:
+        self.service.dataplane = dataplane
+
+    def packet_in(self, data: bytes) -> None:
+        self.service.packet_in(data)
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        if self._server is not None:
+            self._server.stop(grace).wait()
+            self._server = None

@@ -1,0 +1,708 @@
+"""The embedded switch's P4Runtime server, in process on 127.0.0.1 port 0, with the real
+Pipeline, spoken to with the generated stubs and p4runtime-shell's P4RuntimeClient."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf import text_format
+from google.rpc import code_pb2, status_pb2
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeWriteException
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from hosts.protocol import HOTAGG_PORT, Entry, Hotagg, Op, Stat
+from softswitch import schema
+from softswitch.p4rt import P4RuntimeServer
+from softswitch.p4rt.errors import STATUS_DETAILS_KEY
+from softswitch.pipeline import Pipeline
+from softswitch.runtime import InlineDataplane
+
+P4INFO_FILE = Path(__file__).resolve().parent.parent / "p4src" / "hotagg.p4info.txtpb"
+P = "HotaggIngress."
+HOT0 = f"{P}lookup0.hot_keys"
+Update = p4runtime_pb2.Update
+SetReq = p4runtime_pb2.SetForwardingPipelineConfigRequest
+GetReq = p4runtime_pb2.GetForwardingPipelineConfigRequest
+
+
+def built_p4info() -> p4info_pb2.P4Info:
+    """A P4Info made from softswitch/schema.py (used until p4src/ commits its own)."""
+    info = p4info_pb2.P4Info()
+    next_id = {}
+
+    def new_id(prefix: int) -> int:
+        next_id[prefix] = next_id.get(prefix, 0) + 1
+        return (prefix << 24) | next_id[prefix]
+
+    action_ids: dict[str, int] = {}
+    for t in schema.TABLES:
+        for a in t.actions:
+            if a.name in action_ids:
+                continue
+            pa = info.actions.add()
+            pa.preamble.id = action_ids[a.name] = new_id(0x01)
+            pa.preamble.name = a.name
+            for i, (pname, width) in enumerate(a.params, 1):
+                pa.params.add(id=i, name=pname, bitwidth=width)
+    for t in schema.TABLES:
+        pt = info.tables.add()
+        pt.preamble.id = new_id(0x02)
+        pt.preamble.name = t.name
+        pt.size = t.size
+        for i, f in enumerate(t.fields, 1):
+            kind = p4info_pb2.MatchField.EXACT if f.kind == "exact" else p4info_pb2.MatchField.LPM
+            pt.match_fields.add(id=i, name=f.name, bitwidth=f.bitwidth, match_type=kind)
+        for a in t.actions:
+            scope = (
+                p4info_pb2.ActionRef.DEFAULT_ONLY
+                if a.name in t.default_only
+                else p4info_pb2.ActionRef.TABLE_AND_DEFAULT
+            )
+            pt.action_refs.add(id=action_ids[a.name], scope=scope)
+        if t.direct_counter:
+            dc = info.direct_counters.add()
+            dc.preamble.id = new_id(0x13)
+            dc.preamble.name = t.direct_counter
+            dc.spec.unit = p4info_pb2.CounterSpec.BOTH
+            dc.direct_table_id = pt.preamble.id
+            pt.direct_resource_ids.append(dc.preamble.id)
+    for name, size in schema.COUNTERS.items():
+        c = info.counters.add(size=size)
+        c.preamble.id = new_id(0x12)
+        c.preamble.name = name
+        c.spec.unit = p4info_pb2.CounterSpec.BOTH
+    for r in schema.REGISTERS:
+        pr = info.registers.add(size=r.size)
+        pr.preamble.id = new_id(0x16)
+        pr.preamble.name = r.name
+        pr.type_spec.bitstring.bit.bitwidth = r.bitwidth
+    for name, fields in schema.PACKET_METADATA.items():
+        m = info.controller_packet_metadata.add()
+        m.preamble.id = new_id(0x04)
+        m.preamble.name = name
+        for mid, mname, width in fields:
+            m.metadata.add(id=mid, name=mname, bitwidth=width)
+    return info
+
+
+def load_p4info() -> p4info_pb2.P4Info:
+    """The committed P4Info, or one built from the schema while p4src/ has none."""
+    if P4INFO_FILE.exists():
+        return text_format.Parse(P4INFO_FILE.read_text(), p4info_pb2.P4Info())
+    return built_p4info()
+
+
+@pytest.fixture(scope="module")
+def p4info() -> p4info_pb2.P4Info:
+    return load_p4info()
+
+
+class Ids:
+    """P4Info name -> id lookups."""
+
+    def __init__(self, info: p4info_pb2.P4Info) -> None:
+        self.info = info
+        self.tables = {t.preamble.name: t for t in info.tables}
+        self.actions = {a.preamble.name: a for a in info.actions}
+
+    def table(self, name: str) -> int:
+        return self.tables[name].preamble.id
+
+    def field(self, table: str, field: str) -> int:
+        return next(f.id for f in self.tables[table].match_fields if f.name == field)
+
+    def action(self, name: str) -> int:
+        return self.actions[name].preamble.id
+
+    def param(self, action: str, param: str) -> int:
+        return next(p.id for p in self.actions[action].params if p.name == param)
+
+    def counter(self, name: str) -> int:
+        return next(c.preamble.id for c in self.info.counters if c.preamble.name == name)
+
+    def register(self, name: str) -> int:
+        return next(r.preamble.id for r in self.info.registers if r.preamble.name == name)
+
+
+class Switch:
+    def __init__(self) -> None:
+        self.pipeline = Pipeline(seed=1)
+        self.server = P4RuntimeServer(self.pipeline, device_id=0, address="127.0.0.1:0")
+        self.sent: queue.Queue[tuple[int, bytes]] = queue.Queue()
+        self.dataplane = InlineDataplane(
+            self.pipeline, lambda p, f: self.sent.put((p, f)), self.server.packet_in
+        )
+        self.server.attach_dataplane(self.dataplane)
+        self.port = self.server.start()
+        self.addr = f"127.0.0.1:{self.port}"
+        self.channel = grpc.insecure_channel(self.addr)
+        self.stub = p4runtime_pb2_grpc.P4RuntimeStub(self.channel)
+        self.client: P4RuntimeClient | None = None  # set by the `ready` fixture
+        self.ids: Ids | None = None
+
+
+@pytest.fixture
+def sw():
+    s = Switch()
+    yield s
+    s.channel.close()
+    s.server.stop(grace=None)
+
+
+class Clients:
+    """p4runtime-shell clients, torn down at the end of the test."""
+
+    def __init__(self, sw: Switch) -> None:
+        self.sw = sw
+        self.live: list[P4RuntimeClient] = []
+
+    def __call__(self, election: tuple[int, int], device_id: int = 0) -> P4RuntimeClient:
+        c = P4RuntimeClient(device_id, self.sw.addr, election)
+        self.live.append(c)
+        return c
+
+    def close(self, c: P4RuntimeClient) -> None:
+        self.live.remove(c)
+        c.tear_down()
+
+
+@pytest.fixture
+def clients(sw):
+    cs = Clients(sw)
+    yield cs
+    for c in list(cs.live):
+        cs.close(c)
+
+
+def set_pipeline(stub, info, election=(0, 1), action=SetReq.VERIFY_AND_COMMIT, cookie=None):
+    req = SetReq(device_id=0, action=action)
+    req.election_id.high, req.election_id.low = election
+    req.config.p4info.CopyFrom(info)
+    req.config.p4_device_config = b'{"bmv2": "json"}'
+    if cookie is not None:
+        req.config.cookie.cookie = cookie
+    return stub.SetForwardingPipelineConfig(req)
+
+
+@pytest.fixture
+def ready(sw, clients, p4info):
+    """A switch with the pipeline set by primary client `ready.client` (election 0:1)."""
+    c = clients((0, 1))
+    set_pipeline(sw.stub, p4info)
+    sw.client = c
+    sw.ids = Ids(p4info)
+    return sw
+
+
+def hot_entry(ids: Ids, job: int, key: int, offset: int | None, table: str = HOT0, **kw):
+    e = p4runtime_pb2.TableEntry(table_id=ids.table(table), **kw)
+    e.match.add(field_id=ids.field(table, "job_id")).exact.value = job.to_bytes(2, "big")
+    e.match.add(field_id=ids.field(table, "key")).exact.value = key.to_bytes(8, "big")
+    if offset is not None:
+        a = table.replace("hot_keys", "set_slot")
+        e.action.action.action_id = ids.action(a)
+        e.action.action.params.add(param_id=ids.param(a, "offset"), value=offset.to_bytes(4, "big"))
+    return e
+
+
+def route_entry(ids: Ids, prefix: bytes, plen: int, port: int | None, mac: int = 0x020000000002):
+    t = f"{P}ipv4_lpm"
+    e = p4runtime_pb2.TableEntry(table_id=ids.table(t))
+    fm = e.match.add(field_id=ids.field(t, "dst_addr"))
+    fm.lpm.value = prefix
+    fm.lpm.prefix_len = plen
+    a = e.action.action
+    if port is None:
+        a.action_id = ids.action(f"{P}send_to_cpu")
+    else:
+        fwd = f"{P}ipv4_forward"
+        a.action_id = ids.action(fwd)
+        a.params.add(param_id=ids.param(fwd, "dst_mac"), value=mac.to_bytes(6, "big"))
+        a.params.add(param_id=ids.param(fwd, "port"), value=port.to_bytes(2, "big"))
+    return e
+
+
+def entity_field(entity) -> str:
+    return {
+        "TableEntry": "table_entry",
+        "CounterEntry": "counter_entry",
+        "DirectCounterEntry": "direct_counter_entry",
+        "RegisterEntry": "register_entry",
+        "PacketReplicationEngineEntry": "packet_replication_engine_entry",
+    }[entity.DESCRIPTOR.name]
+
+
+def write_batch(sw, updates, election=(0, 1)):
+    req = p4runtime_pb2.WriteRequest(device_id=0)
+    req.election_id.high, req.election_id.low = election
+    for kind, entity in updates:
+        getattr(req.updates.add(type=kind).entity, entity_field(entity)).CopyFrom(entity)
+    return sw.stub.Write(req)
+
+
+def batch_errors(err: grpc.RpcError) -> list[p4runtime_pb2.Error]:
+    """Unpack the per-update p4.Error list the way PI clients do."""
+    assert err.code() == grpc.StatusCode.UNKNOWN
+    blob = dict(err.trailing_metadata())[STATUS_DETAILS_KEY]
+    status = status_pb2.Status.FromString(blob)
+    out = []
+    for any_msg in status.details:
+        e = p4runtime_pb2.Error()
+        assert any_msg.Unpack(e)
+        out.append(e)
+    return out
+
+
+def read(sw, *entities) -> list[p4runtime_pb2.Entity]:
+    req = p4runtime_pb2.ReadRequest(device_id=0)
+    for ent in entities:
+        getattr(req.entities.add(), entity_field(ent)).CopyFrom(ent)
+    return [e for resp in sw.stub.Read(req) for e in resp.entities]
+
+
+def udp_frame(dst: str, payload: bytes = b"hello") -> bytes:
+    return bytes(
+        Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:fe")
+        / IP(src="10.0.0.1", dst=dst, ttl=64)
+        / UDP(sport=1234, dport=5678)
+        / payload
+    )
+
+
+def test_capabilities_and_no_pipeline_yet(sw):
+    caps = sw.stub.Capabilities(p4runtime_pb2.CapabilitiesRequest())
+    assert caps.p4runtime_api_version == "1.4.1"
+    got = sw.stub.GetForwardingPipelineConfig(GetReq(device_id=0))
+    assert not got.HasField("config")
+    with pytest.raises(grpc.RpcError) as e:
+        read(sw, p4runtime_pb2.TableEntry())
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    with pytest.raises(grpc.RpcError) as e:
+        write_batch(sw, [], election=(0, 0))
+    # no stream open and an election id given -> not primary (as PI does)
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(grpc.RpcError) as e:
+        sw.stub.Write(p4runtime_pb2.WriteRequest(device_id=0))
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_wrong_device_id_is_not_found(sw, p4info):
+    for call in (
+        lambda: sw.stub.Write(p4runtime_pb2.WriteRequest(device_id=7)),
+        lambda: list(sw.stub.Read(p4runtime_pb2.ReadRequest(device_id=7))),
+        lambda: sw.stub.GetForwardingPipelineConfig(GetReq(device_id=7)),
+        lambda: sw.stub.SetForwardingPipelineConfig(SetReq(device_id=7, action=SetReq.VERIFY)),
+    ):
+        with pytest.raises(grpc.RpcError) as e:
+            call()
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND
+        assert "device" in e.value.details()
+    req = p4runtime_pb2.StreamMessageRequest()
+    req.arbitration.device_id = 7
+    with pytest.raises(grpc.RpcError) as e:
+        list(sw.stub.StreamChannel(iter([req]), timeout=5))
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def arbitration_of(c: P4RuntimeClient) -> p4runtime_pb2.MasterArbitrationUpdate:
+    msg = c.get_stream_packet("arbitration", timeout=3)
+    assert msg is not None, "no arbitration update"
+    return msg.arbitration
+
+
+def test_arbitration_primary_backup_and_promotion(ready, clients):
+    sw, ids = ready, ready.ids
+    low = sw.client  # election 0:1, primary so far
+    high = clients((0, 5))
+    # the old primary hears that 0:5 is primary now and that it is a backup
+    upd = arbitration_of(low)
+    assert upd.status.code == code_pb2.ALREADY_EXISTS
+    assert (upd.election_id.high, upd.election_id.low) == (0, 5)
+    entry = hot_entry(ids, 1, 2, 3)
+    with pytest.raises(grpc.RpcError) as e:
+        write_batch(sw, [(Update.INSERT, entry)], election=(0, 1))
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(grpc.RpcError) as e:
+        set_pipeline(sw.stub, ids.info, election=(0, 1))
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    write_batch(sw, [(Update.INSERT, entry)], election=(0, 5))
+    # a third, lower client is told it is a backup; nobody else is notified
+    mid = clients((0, 3))
+    assert mid.stream_in_q["arbitration"].qsize() == 0  # handshake consumed its update
+    assert low.get_stream_packet("arbitration", timeout=0.3) is None
+    clients.close(high)
+    for c in (mid, low):
+        upd = arbitration_of(c)
+        assert (upd.election_id.high, upd.election_id.low) == (0, 3)
+        assert upd.status.code == (code_pb2.OK if c is mid else code_pb2.ALREADY_EXISTS)
+    write_batch(sw, [(Update.DELETE, entry)], election=(0, 3))
+
+
+def test_equal_election_id_is_rejected(ready):
+    req = p4runtime_pb2.StreamMessageRequest()
+    req.arbitration.device_id = 0
+    req.arbitration.election_id.low = 1  # ready.client holds 0:1
+    with pytest.raises(grpc.RpcError) as e:
+        list(ready.stub.StreamChannel(iter([req]), timeout=5))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    write_batch(ready, [], election=(0, 1))  # the primary is unaffected
+
+
+def test_set_and_get_pipeline(sw, clients, p4info, tmp_path):
+    c = clients((0, 1))
+    info_path = tmp_path / "hotagg.p4info.txtpb"
+    info_path.write_text(text_format.MessageToString(p4info))
+    (tmp_path / "hotagg.json").write_bytes(b"{}")
+    c.set_fwd_pipe_config(str(info_path), str(tmp_path / "hotagg.json"))
+    assert c.get_p4info() == p4info
+    set_pipeline(sw.stub, p4info, cookie=42)
+    got = sw.stub.GetForwardingPipelineConfig(GetReq(device_id=0)).config
+    assert got.p4info == p4info and got.cookie.cookie == 42
+    assert got.p4_device_config == b'{"bmv2": "json"}'
+    got = sw.stub.GetForwardingPipelineConfig(GetReq(device_id=0, response_type=GetReq.COOKIE_ONLY))
+    assert got.config.cookie.cookie == 42 and not got.config.HasField("p4info")
+    got = sw.stub.GetForwardingPipelineConfig(
+        GetReq(device_id=0, response_type=GetReq.DEVICE_CONFIG_AND_COOKIE)
+    )
+    assert got.config.p4_device_config and not got.config.HasField("p4info")
+    with pytest.raises(grpc.RpcError) as e:
+        set_pipeline(sw.stub, p4info, action=SetReq.COMMIT)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # COMMIT carries no config
+    req = SetReq(device_id=0, action=SetReq.COMMIT)
+    req.election_id.low = 1
+    with pytest.raises(grpc.RpcError) as e:
+        sw.stub.SetForwardingPipelineConfig(req)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND  # nothing saved
+
+
+def test_mismatching_p4info_is_rejected(ready, p4info):
+    bad = p4info_pb2.P4Info()
+    bad.CopyFrom(p4info)
+    t = next(t for t in bad.tables if t.preamble.name == f"{P}jobs")
+    t.match_fields[0].bitwidth = 24
+    del bad.registers[:]
+    for action in (SetReq.VERIFY, SetReq.VERIFY_AND_COMMIT):
+        with pytest.raises(grpc.RpcError) as e:
+            set_pipeline(ready.stub, bad, action=action)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert f"{P}jobs" in e.value.details()
+    with pytest.raises(grpc.RpcError) as e:
+        set_pipeline(ready.stub, p4info_pb2.P4Info())
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # the committed pipeline still works
+    write_batch(ready, [(Update.INSERT, hot_entry(ready.ids, 1, 1, 1))])
+
+
+def test_recommit_clears_state_verify_keeps_it(ready, p4info):
+    sw, ids = ready, ready.ids
+    write_batch(sw, [(Update.INSERT, hot_entry(ids, 1, 1, 1))])
+    set_pipeline(sw.stub, p4info, action=SetReq.VERIFY)
+    set_pipeline(sw.stub, p4info, action=SetReq.RECONCILE_AND_COMMIT)
+    assert len(read(sw, p4runtime_pb2.TableEntry(table_id=ids.table(HOT0)))) == 1
+    set_pipeline(sw.stub, p4info, action=SetReq.VERIFY_AND_COMMIT)
+    assert read(sw, p4runtime_pb2.TableEntry(table_id=ids.table(HOT0))) == []
+
+
+def test_hot_keys_insert_read_modify_delete(ready):
+    sw, ids = ready, ready.ids
+    key = (1 << 63) + 5
+    write_batch(sw, [(Update.INSERT, hot_entry(ids, 1, key, 7))])  # padded bytes accepted
+    (ent,) = read(sw, p4runtime_pb2.TableEntry(table_id=ids.table(HOT0)))
+    te = ent.table_entry
+    by_id = {m.field_id: m.exact.value for m in te.match}
+    assert by_id[ids.field(HOT0, "job_id")] == b"\x01"  # canonical: leading zeros stripped
+    assert by_id[ids.field(HOT0, "key")] == key.to_bytes(8, "big")
+    assert te.action.action.action_id == ids.action(f"{P}lookup0.set_slot")
+    assert te.action.action.params[0].value == b"\x07"
+    assert sw.pipeline.tables[HOT0].get((1, key)).params == (7,)
+    write_batch(sw, [(Update.MODIFY, hot_entry(ids, 1, key, 0x1234))])
+    (ent,) = read(sw, hot_entry(ids, 1, key, None))  # a read by exact key
+    assert ent.table_entry.action.action.params[0].value == b"\x12\x34"
+    write_batch(sw, [(Update.DELETE, hot_entry(ids, 1, key, None))])
+    assert read(sw, p4runtime_pb2.TableEntry(table_id=ids.table(HOT0))) == []
+    with pytest.raises(grpc.RpcError) as e:
+        read(sw, hot_entry(ids, 1, key, None))
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    # every table at once (table_id 0): the one entry of another table shows up
+    write_batch(sw, [(Update.INSERT, hot_entry(ids, 2, 9, 1, table=f"{P}lookup3.hot_keys"))])
+    (ent,) = read(sw, p4runtime_pb2.TableEntry())
+    assert ent.table_entry.table_id == ids.table(f"{P}lookup3.hot_keys")
+
+
+def test_ipv4_lpm_entries_and_bad_values(ready):
+    sw, ids = ready, ready.ids
+    write_batch(sw, [(Update.INSERT, route_entry(ids, bytes([10, 0, 1, 0]), 24, 2))])
+    (ent,) = read(sw, p4runtime_pb2.TableEntry(table_id=ids.table(f"{P}ipv4_lpm")))
+    (m,) = ent.table_entry.match
+    assert (m.lpm.value, m.lpm.prefix_len) == (bytes([10, 0, 1, 0]), 24)
+    params = [p.value for p in ent.table_entry.action.action.params]
+    assert params == [bytes.fromhex("020000000002"), b"\x02"]
+    bad = [
+        route_entry(ids, bytes([10, 0, 1, 1]), 24, 2),  # bits beyond the prefix
+        route_entry(ids, bytes([1, 10, 0, 2, 0]), 24, 2),  # wider than 32 bits
+        route_entry(ids, bytes([10, 0, 3, 0]), 33, 2),  # prefix longer than the field
+        route_entry(ids, bytes([10, 0, 4, 0]), 24, 512),  # port wider than 9 bits
+    ]
+    with pytest.raises(grpc.RpcError) as e:
+        write_batch(sw, [(Update.INSERT, b) for b in bad])
+    errs = batch_errors(e.value)
+    assert [x.canonical_code for x in errs] == [code_pb2.INVALID_ARGUMENT] * 4
+    assert "prefix" in errs[0].message and "32 bits" in errs[1].message
+    lpm = sw.pipeline.tables[f"{P}ipv4_lpm"]
+    assert len(lpm) == 1
+    write_batch(sw, [(Update.MODIFY, route_entry(ids, bytes([10, 0, 1, 0]), 24, None))])
+    assert lpm.get(((0x0A000100, 24),)).action == f"{P}send_to_cpu"
+    write_batch(sw, [(Update.DELETE, route_entry(ids, bytes([10, 0, 1, 0]), 24, None))])
+    assert len(lpm) == 0
+
+
+def test_batch_reports_every_update(ready):
+    sw, ids = ready, ready.ids
+    miss = hot_entry(ids, 1, 5, None)
+    a = miss.action.action
+    a.action_id = ids.action(f"{P}lookup0.miss")  # default-only action in an entry
+    foreign = hot_entry(ids, 1, 6, 1)
+    foreign.action.action.action_id = ids.action(f"{P}lookup1.set_slot")  # other table's
+    wide = hot_entry(ids, 1, 7, 1)
+    wide.match[0].exact.value = b"\x01\x00\x00"  # job_id 65536 in a 16-bit field
+    updates = [
+        (Update.INSERT, hot_entry(ids, 1, 1, 1)),
+        (Update.INSERT, hot_entry(ids, 1, 1, 2)),
+        (Update.DELETE, hot_entry(ids, 1, 99, None)),
+        (Update.MODIFY, hot_entry(ids, 1, 98, 1)),
+        (Update.INSERT, wide),
+        (Update.INSERT, foreign),
+        (Update.INSERT, miss),
+        (Update.INSERT, p4runtime_pb2.TableEntry(table_id=0x02FFFFFF)),
+        (Update.INSERT, hot_entry(ids, 1, 2, 2)),
+    ]
+    with pytest.raises(grpc.RpcError) as e:
+        write_batch(sw, updates)
+    errs = batch_errors(e.value)
+    I = code_pb2.INVALID_ARGUMENT  # noqa: E741
+    assert [x.canonical_code for x in errs] == [
+        code_pb2.OK, code_pb2.ALREADY_EXISTS, code_pb2.NOT_FOUND, code_pb2.NOT_FOUND, I, I, I, I,
+        code_pb2.OK,
+    ]  # fmt: skip
+    assert all(x.message for x in errs if x.canonical_code != code_pb2.OK)
+    assert not errs[0].message and "default" in errs[6].message
+    assert sorted(e.match for e in sw.pipeline.tables[HOT0].entries()) == [(1, 1), (1, 2)]
+    # p4runtime-shell unpacks a failed single update into a readable exception
+    c = sw.client
+    with pytest.raises(P4RuntimeWriteException) as e:
+        c.write_update(Update(type=Update.INSERT, entity=p4runtime_pb2.Entity(table_entry=miss)))
+    assert e.value.errors[0][0] == 0
+    assert e.value.errors[0][1].canonical_code == code_pb2.INVALID_ARGUMENT
+    assert "INVALID_ARGUMENT" in str(e.value)
+
+
+def test_full_table_is_resource_exhausted(ready):
+    sw, ids = ready, ready.ids
+    t = f"{P}jobs"
+    a = f"{P}set_job"
+
+    def job(j: int):
+        e = p4runtime_pb2.TableEntry(table_id=ids.table(t))
+        e.match.add(field_id=ids.field(t, "job_id")).exact.value = j.to_bytes(2, "big")
+        e.action.action.action_id = ids.action(a)
+        for name in ("job_index", "slot_base", "slot_count"):
+            e.action.action.params.add(param_id=ids.param(a, name), value=b"\x01")
+        return e
+
+    with pytest.raises(grpc.RpcError) as e:
+        write_batch(sw, [(Update.INSERT, job(j)) for j in range(17)])
+    codes = [x.canonical_code for x in batch_errors(e.value)]
+    assert codes == [code_pb2.OK] * 16 + [code_pb2.RESOURCE_EXHAUSTED]
+
+
+def test_default_actions(ready):
+    sw, ids = ready, ready.ids
+    t = f"{P}drop_sim"
+    a = f"{P}set_drop_rate"
+    default = p4runtime_pb2.TableEntry(table_id=ids.table(t), is_default_action=True)
+    (ent,) = read(sw, default)
+    assert ent.table_entry.is_default_action
+    assert ent.table_entry.action.action.action_id == ids.action(a)
+    assert ent.table_entry.action.action.params[0].value == b"\x00"
+    new = p4runtime_pb2.TableEntry()
+    new.CopyFrom(default)
+    new.action.action.action_id = ids.action(a)
+    new.action.action.params.add(param_id=ids.param(a, "rate"), value=b"\x00\x01\x00\x00")
+    write_batch(sw, [(Update.MODIFY, new)])
+    assert sw.pipeline.tables[t].default() == (a, (65536,))
+    (ent,) = read(sw, default)
+    assert ent.table_entry.action.action.params[0].value == b"\x01\x00\x00"
+    write_batch(sw, [(Update.MODIFY, default)])  # no action: back to the initial default
+    assert sw.pipeline.tables[t].default() == (a, (0,))
+    with pytest.raises(grpc.RpcError) as e:
+        write_batch(sw, [(Update.INSERT, new), (Update.DELETE, default)])
+    assert [x.canonical_code for x in batch_errors(e.value)] == [code_pb2.INVALID_ARGUMENT] * 2
+    # every table's default at once
+    defaults = read(sw, p4runtime_pb2.TableEntry(is_default_action=True))
+    assert len(defaults) == len(ids.info.tables)
+
+
+def push_frame(job: int, keys: list[int], seq: int) -> bytes:
+    agg = Hotagg(
+        op=Op.PUSH, job_id=job, worker_id=1, seq=seq, iteration=1,
+        entries=[Entry(key=k, value=5) for k in keys],
+    )  # fmt: skip
+    return bytes(
+        Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:fe")
+        / IP(src="10.0.0.1", dst="10.0.0.3", ttl=64)
+        / UDP(sport=40001, dport=HOTAGG_PORT, chksum=0)
+        / agg
+    )
+
+
+def test_counters_and_direct_counters_after_packets(ready):
+    sw, ids = ready, ready.ids
+    t, a = f"{P}jobs", f"{P}set_job"
+    job = p4runtime_pb2.TableEntry(table_id=ids.table(t))
+    job.match.add(field_id=ids.field(t, "job_id")).exact.value = b"\x01"
+    job.action.action.action_id = ids.action(a)
+    for name, v in (("job_index", 0), ("slot_base", 0), ("slot_count", 100)):
+        job.action.action.params.add(param_id=ids.param(a, name), value=bytes([v]))
+    write_batch(
+        sw,
+        [
+            (Update.INSERT, job),
+            (Update.INSERT, hot_entry(ids, 1, 11, 3)),
+            (Update.INSERT, hot_entry(ids, 1, 12, 4)),
+            (Update.INSERT, route_entry(ids, bytes([10, 0, 0, 3]), 32, 3)),
+        ],
+    )
+    frame = push_frame(1, [11, 99], seq=1)
+    sw.dataplane.inject(1, frame)
+    sw.dataplane.inject(1, push_frame(1, [11, 99], seq=2))
+    assert sw.sent.get(timeout=2)[0] == 3  # the cold entry went on to the PS
+    stats = ids.counter(f"{P}stats")
+    ce = p4runtime_pb2.CounterEntry(counter_id=stats)
+    ce.index.index = Stat.PUSH
+    (ent,) = read(sw, ce)
+    assert ent.counter_entry.data.packet_count == 2
+    assert ent.counter_entry.data.byte_count == 2 * len(frame)
+    every = read(sw, p4runtime_pb2.CounterEntry(counter_id=stats))
+    assert [e.counter_entry.index.index for e in every] == list(range(schema.COUNTERS[f"{P}stats"]))
+    assert len(read(sw, p4runtime_pb2.CounterEntry())) == len(every)  # counter_id 0: all
+    ce.index.index = 32
+    with pytest.raises(grpc.RpcError) as e:
+        read(sw, ce)
+    assert e.value.code() == grpc.StatusCode.OUT_OF_RANGE
+    # direct counters: key 11 was hit twice in lookup0, key 12 never
+    dce = p4runtime_pb2.DirectCounterEntry(
+        table_entry=p4runtime_pb2.TableEntry(table_id=ids.table(HOT0))
+    )
+    got = {
+        e.direct_counter_entry.table_entry.match[1].exact.value: e.direct_counter_entry.data
+        for e in read(sw, dce)
+    }
+    assert got[b"\x0b"].packet_count == 2 and got[b"\x0b"].byte_count == 2 * len(frame)
+    assert got[b"\x0c"].packet_count == 0
+    with_counters = p4runtime_pb2.TableEntry(table_id=ids.table(HOT0))
+    with_counters.counter_data.SetInParent()
+    hits = {
+        e.table_entry.match[1].exact.value: e.table_entry.counter_data
+        for e in read(sw, with_counters)
+    }
+    assert hits == got
+    # writes: reset a counter cell and a direct counter
+    ce.index.index = Stat.PUSH
+    ce.data.packet_count, ce.data.byte_count = 7, 700
+    dce = p4runtime_pb2.DirectCounterEntry(table_entry=hot_entry(ids, 1, 11, None))
+    dce.data.packet_count = 0
+    write_batch(sw, [(Update.MODIFY, ce), (Update.MODIFY, dce)])
+    assert sw.pipeline.counters[f"{P}stats"].read(Stat.PUSH) == (7, 700)
+    (ent,) = read(sw, p4runtime_pb2.DirectCounterEntry(table_entry=hot_entry(ids, 1, 11, None)))
+    assert ent.direct_counter_entry.data.packet_count == 0
+
+
+def test_packet_out_and_packet_in(ready):
+    sw, ids = ready, ready.ids
+    c = sw.client
+    frame = udp_frame("10.0.0.2")
+    req = p4runtime_pb2.StreamMessageRequest()
+    req.packet.payload = frame
+    req.packet.metadata.add(metadata_id=1, value=b"\x02")
+    req.packet.metadata.add(metadata_id=2, value=b"\x00")
+    c.stream_out_q.put(req)
+    assert sw.sent.get(timeout=3) == (2, frame)
+    write_batch(sw, [(Update.INSERT, route_entry(ids, bytes([10, 0, 9, 0]), 24, None))])
+    to_cpu = udp_frame("10.0.9.9")
+    sw.dataplane.inject(4, to_cpu)
+    msg = c.get_stream_packet("packet", timeout=3)
+    assert msg is not None, "no PacketIn"
+    assert msg.packet.payload == to_cpu
+    meta = {m.metadata_id: m.value for m in msg.packet.metadata}
+    assert meta == {1: b"\x04", 2: b"\x00"}
+
+
+def test_packet_out_from_backup_is_dropped(ready, clients):
+    sw = ready
+    backup = clients((0, 0))
+    req = p4runtime_pb2.StreamMessageRequest()
+    req.packet.payload = udp_frame("10.0.0.2")
+    req.packet.metadata.add(metadata_id=1, value=b"\x02")
+    backup.stream_out_q.put(req)
+    err = backup.get_stream_packet("unknown", timeout=3)
+    assert err is not None and err.error.canonical_code == code_pb2.PERMISSION_DENIED
+    assert sw.sent.empty()
+
+
+def test_registers_extension_and_unimplemented(ready):
+    sw, ids = ready, ready.ids
+    reg = p4runtime_pb2.RegisterEntry(register_id=ids.register(f"{P}dedup_seq"))
+    reg.index.index = 5
+    reg.data.bitstring = b"\x00\x00\x01\x00"
+    far = p4runtime_pb2.RegisterEntry()
+    far.CopyFrom(reg)
+    far.index.index = 1 << 20
+    pre = p4runtime_pb2.PacketReplicationEngineEntry()
+    pre.multicast_group_entry.multicast_group_id = 1
+    with pytest.raises(grpc.RpcError) as e:
+        write_batch(sw, [(Update.MODIFY, reg), (Update.MODIFY, far), (Update.INSERT, pre)])
+    codes = [x.canonical_code for x in batch_errors(e.value)]
+    assert codes == [code_pb2.OK, code_pb2.OUT_OF_RANGE, code_pb2.UNIMPLEMENTED]
+    one = p4runtime_pb2.RegisterEntry(register_id=reg.register_id)
+    one.index.index = 5
+    (ent,) = read(sw, one)
+    assert ent.register_entry.data.bitstring == b"\x01\x00"
+    assert sw.pipeline.registers[f"{P}dedup_seq"].read(5) == 256
+
+
+def test_large_read_is_chunked(ready):
+    sw, ids = ready, ready.ids
+    write_batch(sw, [(Update.INSERT, hot_entry(ids, 3, k, k)) for k in range(2500)])
+    req = p4runtime_pb2.ReadRequest(device_id=0)
+    req.entities.add().table_entry.table_id = ids.table(HOT0)
+    sizes = [len(r.entities) for r in sw.stub.Read(req)]
+    assert len(sizes) >= 3 and sum(sizes) == 2500
+
+
+def test_concurrent_writes_and_packets(ready):
+    """Writes from gRPC threads while the data plane runs frames: no error, no lost entry."""
+    sw, ids = ready, ready.ids
+    write_batch(sw, [(Update.INSERT, route_entry(ids, bytes([10, 0, 0, 2]), 32, 2))])
+    stop = threading.Event()
+
+    def traffic() -> None:
+        while not stop.is_set():
+            sw.dataplane.inject(1, udp_frame("10.0.0.2"))
+
+    th = threading.Thread(target=traffic)
+    th.start()
+    try:
+        for k in range(20):
+            write_batch(sw, [(Update.INSERT, hot_entry(ids, 4, 100 * k + j, j)) for j in range(50)])
+    finally:
+        stop.set()
+        th.join()
+    assert len(sw.pipeline.tables[HOT0]) == 1000
+    assert sw.sent.qsize() > 0
