@@ -1,0 +1,273 @@
+"""hotagg-ctl: the command line of the controller (`python -m controller` does the same).
+
+    hotagg-ctl [--grpc-addr HOST:PORT] [--device-id N] [--election-id HI,LO] [--p4info FILE]
+               [--json] NOUN VERB [options]
+
+Exit codes (one line on stderr, never a traceback, for every expected failure):
+    0  success
+    1  any other P4Runtime/controller error
+    2  usage: unknown command or option, missing argument (argparse)
+    3  switch unreachable (nothing listens, stream broke, RPC timed out)
+    4  no room: a table is full (RESOURCE_EXHAUSTED) or the controller's budget (a job's
+       slots, the switch's slots, job indices) is used up
+    5  bad input: malformed key or number, rate outside [0, 1], bad file, entry refused
+       as INVALID_ARGUMENT by the switch
+    6  unknown job
+    7  not primary: another controller holds a higher election id
+    8  pipeline: the switch has none, or one that does not fit --p4info
+    9  conflict: the entry/job exists already, or the key/entry to remove does not exist
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from controller import commands
+from controller.errors import (
+    AlreadyExists,
+    BadEntry,
+    BadInput,
+    BudgetExceeded,
+    ControllerError,
+    EntryExists,
+    EntryNotFound,
+    NotFound,
+    NotPrimary,
+    PipelineError,
+    SwitchUnreachable,
+    TableFull,
+    UnknownJob,
+)
+from hosts.protocol import KEY_MAX
+
+DEFAULT_P4INFO = Path(__file__).resolve().parent.parent / "p4src" / "hotagg.p4info.txtpb"
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+EXIT_CODES: tuple[tuple[tuple[type[Exception], ...], int], ...] = (
+    ((SwitchUnreachable,), 3),
+    ((TableFull, BudgetExceeded), 4),
+    ((BadInput, BadEntry), 5),
+    ((UnknownJob,), 6),
+    ((NotPrimary,), 7),
+    ((PipelineError,), 8),
+    ((EntryExists, EntryNotFound, AlreadyExists, NotFound), 9),
+)
+
+
+def exit_code(err: ControllerError) -> int:
+    for classes, code in EXIT_CODES:
+        if isinstance(err, classes):
+            return code
+    return EXIT_ERROR
+
+
+# --- type functions: they raise BadInput (exit 5), which argparse lets through ---
+
+
+def _int_in(what: str, text: str, lo: int, hi: int) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise BadInput(f"{what}: {text!r} is not an integer") from None
+    if not lo <= value <= hi:
+        raise BadInput(f"{what}: {value} is not in {lo}..{hi}")
+    return value
+
+
+def key_list(text: str) -> list[int]:
+    """Comma/space separated uint64 keys (decimal or 0x hex); '-' reads them from stdin."""
+    if text == "-":
+        text = sys.stdin.read()
+    parts = text.replace(",", " ").split()
+    if not parts:
+        raise BadInput("--keys: no keys given")
+    return [_int_in("--keys", p, 0, KEY_MAX) for p in parts]
+
+
+def job_id(text: str) -> int:
+    return _int_in("--job-id", text, 0, 0xFFFF)
+
+
+def device_id(text: str) -> int:
+    return _int_in("--device-id", text, 0, (1 << 64) - 1)
+
+
+def slot_base(text: str) -> int:
+    return _int_in("--slot-base", text, 0, (1 << 32) - 1)
+
+
+def positive(text: str) -> int:
+    return _int_in("count", text, 1, 1 << 32)
+
+
+def fraction(text: str) -> float:
+    """A number in [0, 1] (a drop probability or a coverage target)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadInput(f"{text!r} is not a number") from None
+    if math.isnan(value) or not 0.0 <= value <= 1.0:
+        raise BadInput(f"{text} is not in [0, 1]")
+    return value
+
+
+def election_id(text: str) -> tuple[int, int]:
+    """'LO' or 'HI,LO' as p4runtime-shell takes it; 128 bits, never 0."""
+    parts = text.split(",")
+    if len(parts) > 2:
+        raise BadInput(f"--election-id: {text!r} is not HI,LO")
+    nums = [_int_in("--election-id", p, 0, (1 << 64) - 1) for p in parts]
+    hi, lo = nums if len(nums) == 2 else (0, nums[0])
+    if hi == lo == 0:
+        raise BadInput("--election-id: 0 is not a valid election id")
+    return hi, lo
+
+
+# --- parser ---
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="hotagg-ctl",
+        description="P4Runtime controller of a hotagg switch (embedded target or BMv2).",
+        epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 unreachable, 4 full, 5 bad input, "
+        "6 unknown job, 7 not primary, 8 pipeline, 9 exists/not found.",
+    )
+    p.add_argument(
+        "--grpc-addr",
+        default="127.0.0.1:50051",
+        metavar="HOST:PORT",
+        help="P4Runtime server of the switch (default 127.0.0.1:50051)",
+    )
+    p.add_argument(
+        "--device-id", type=device_id, default=0, metavar="N", help="P4Runtime device id (0)"
+    )
+    p.add_argument(
+        "--election-id",
+        type=election_id,
+        default=(0, 1),
+        metavar="HI,LO",
+        help="election id, HI,LO or LO (default 0,1); the highest connected one is primary",
+    )
+    p.add_argument(
+        "--p4info",
+        type=Path,
+        default=None,
+        help="text P4Info (default: the repository's p4src/hotagg.p4info.txtpb, "
+        "else the switch's own)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per RPC (default 10)")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        help="seconds to wait for the switch to come up (default: fail at once)",
+    )
+    nouns = p.add_subparsers(dest="noun", required=True, metavar="NOUN")
+
+    def verbs(name: str, help_: str) -> argparse._SubParsersAction:
+        return nouns.add_parser(name, help=help_).add_subparsers(
+            dest="verb", required=True, metavar="VERB"
+        )
+
+    pipe = verbs("pipeline", "forwarding pipeline config")
+    push = pipe.add_parser("push", help="SetForwardingPipelineConfig with --p4info")
+    push.add_argument("--bmv2-json", type=Path, help="BMv2 JSON to send as p4_device_config")
+    push.set_defaults(func=commands.pipeline_push)
+    pipe.add_parser("show", help="the switch's P4Info, checked against --p4info").set_defaults(
+        func=commands.pipeline_show
+    )
+
+    fwd = verbs("forwarding", "ipv4_lpm routes")
+    inst = fwd.add_parser("install", help="routes of one switch from a topology.json")
+    inst.add_argument("--topo", type=Path, required=True, metavar="FILE", help="topology.json")
+    inst.add_argument("--switch", required=True, help="switch name in the topology, e.g. s1")
+    inst.add_argument("--replace", action="store_true", help="also delete other routes")
+    inst.add_argument("--dry-run", action="store_true", help="print the routes only")
+    inst.set_defaults(func=commands.forwarding_install)
+    fwd.add_parser("list", help="installed routes").set_defaults(func=commands.forwarding_list)
+
+    job = verbs("job", "jobs table")
+    add = job.add_parser("add", help="add a job with its own slot range")
+    add.add_argument("--job-id", type=job_id, required=True, metavar="ID")
+    add.add_argument("--slots", type=positive, required=True, metavar="N", help="slot count")
+    add.add_argument(
+        "--slot-base", type=slot_base, metavar="N", help="first slot (default: first fit)"
+    )
+    add.set_defaults(func=commands.job_add)
+    rm = job.add_parser("remove", help="remove a job and its hot keys")
+    rm.add_argument("--job-id", type=job_id, required=True, metavar="ID")
+    rm.set_defaults(func=commands.job_remove)
+    job.add_parser("list", help="configured jobs").set_defaults(func=commands.job_list)
+
+    hk = verbs("hotkeys", "hot-key tables (all 8 instances)")
+    hi = hk.add_parser("install", help="make keys hot (from --keys or from --stats)")
+    hi.add_argument("--job-id", type=job_id, required=True, metavar="ID")
+    src = hi.add_mutually_exclusive_group(required=True)
+    src.add_argument("--keys", type=key_list, help="1,2,0x3 ... or '-' for stdin")
+    src.add_argument("--stats", type=Path, metavar="FILE", help="statistics: key,updates lines")
+    hi.add_argument("--budget", type=positive, metavar="N", help="at most N keys (default: slots)")
+    hi.add_argument("--coverage", type=fraction, metavar="F", help="fewest keys covering F")
+    hi.add_argument(
+        "--with-hits", action="store_true", help="add the switch's hit counts to the statistics"
+    )
+    hi.add_argument("--hits-weight", type=float, default=1.0, metavar="W", help="hits count W each")
+    hi.add_argument("--replace", action="store_true", help="evict the job's other hot keys")
+    hi.add_argument("--dry-run", action="store_true", help="choose and print, write nothing")
+    hi.set_defaults(func=commands.hotkeys_install)
+    for verb, help_ in (("list", "hot keys with offsets and hits"), ("show", "same as list")):
+        ls = hk.add_parser(verb, help=help_)
+        ls.add_argument("--job-id", type=job_id, metavar="ID")
+        ls.add_argument("--keys", type=key_list, help="only these keys")
+        ls.set_defaults(func=commands.hotkeys_list)
+    ev = hk.add_parser("evict", help="remove keys from all instances")
+    ev.add_argument("--job-id", type=job_id, required=True, metavar="ID")
+    ev.add_argument("--keys", type=key_list, required=True)
+    ev.set_defaults(func=commands.hotkeys_evict)
+    cl = hk.add_parser("clear", help="remove every hot key (of one job)")
+    cl.add_argument("--job-id", type=job_id, metavar="ID")
+    cl.set_defaults(func=commands.hotkeys_clear)
+
+    ctr = verbs("counters", "direct counters of the hot-key tables")
+    cs = ctr.add_parser("show", help="hits per hot key and per table instance")
+    cs.add_argument("--job-id", type=job_id, metavar="ID")
+    cs.add_argument("--top", type=positive, default=20, help="keys to show (default 20)")
+    cs.set_defaults(func=commands.counters_show)
+
+    st = verbs("stats", "the switch's stats counter")
+    ss = st.add_parser("show", help="cells by name")
+    ss.add_argument("--all", action="store_true", help="also cells that are 0")
+    ss.set_defaults(func=commands.stats_show)
+    st.add_parser("clear", help="zero every cell").set_defaults(func=commands.stats_clear)
+
+    loss = verbs("loss", "the data-plane drop simulator")
+    ls_ = loss.add_parser("set", help="drop hotagg packets with this probability")
+    ls_.add_argument("probability", type=fraction)
+    ls_.set_defaults(func=commands.loss_set)
+    loss.add_parser("show", help="the current drop probability").set_defaults(
+        func=commands.loss_show
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return commands.run(args, DEFAULT_P4INFO)
+    except SystemExit as e:  # argparse: --help (0) or a usage error (2)
+        return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
+    except ControllerError as e:
+        print(f"hotagg-ctl: error: {e}", file=sys.stderr)
+        return exit_code(e)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

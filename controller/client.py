@@ -1,0 +1,303 @@
+"""One P4Runtime session with one switch: channel, arbitration stream, Write/Read, packets.
+
+Written on the generated stubs rather than on p4runtime_sh.p4runtime.P4RuntimeClient, because
+that class calls sys.exit() when the handshake fails, prints to stdout, raises plain
+grpc.RpcError for everything but Write and has no RPC timeouts; here every grpc.RpcError is
+translated once (controller.errors.translate_rpc_error) and a process may hold many clients.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Union
+
+import grpc
+from google.rpc import code_pb2
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from controller import wire
+from controller.errors import (
+    ControllerError,
+    NoPipeline,
+    SwitchUnreachable,
+    UpdateError,
+    WriteError,
+    translate_rpc_error,
+    write_error,
+)
+
+log = logging.getLogger(__name__)
+
+ElectionId = Union[int, tuple[int, int]]
+WRITE_BATCH = 1000  # updates per Write RPC: big enough to amortise the RPC, small messages
+# A Read streams whole tables (up to 16384 entries each); a server on pure-Python protobuf,
+# like the embedded target, needs seconds per table, so reads get a longer deadline.
+READ_TIMEOUT = 120.0
+_MAX_MESSAGE = 64 << 20  # a BMv2 JSON can exceed gRPC's 4 MB default
+_Type = p4runtime_pb2.Update.Type
+
+
+class SwitchClient:
+    """A P4Runtime client for one switch (device). Use as a context manager or call close().
+
+    `wait` is how long connect() waits for the server to come up; 0 fails at once when
+    nothing listens. `timeout` bounds every unary RPC and Write batch; a Read stream gets
+    max(timeout, READ_TIMEOUT).
+    """
+
+    def __init__(
+        self,
+        addr: str,
+        device_id: int = 0,
+        election_id: ElectionId = (0, 1),
+        timeout: float = 10.0,
+        wait: float = 0.0,
+    ) -> None:
+        self.addr = addr
+        self.device_id = device_id
+        self.election_id = (0, election_id) if isinstance(election_id, int) else election_id
+        self.timeout = timeout
+        self.wait = wait
+        self._channel: grpc.Channel | None = None
+        self._stub: p4runtime_pb2_grpc.P4RuntimeStub | None = None
+        self._write = None
+        self._out: queue.Queue = queue.Queue()
+        self._arbitration: queue.Queue = queue.Queue()
+        self._packets: queue.Queue = queue.Queue()
+        self._stream = None
+        self._thread: threading.Thread | None = None
+        self._stream_error: ControllerError | None = None
+        self.is_primary = False
+
+    # --- session ---
+
+    def connect(self) -> SwitchClient:
+        """Open the channel and the stream, and arbitrate; returns self."""
+        options = [
+            ("grpc.enable_http_proxy", 0),  # an http_proxy must never catch 127.0.0.1 traffic
+            ("grpc.max_send_message_length", _MAX_MESSAGE),
+            ("grpc.max_receive_message_length", _MAX_MESSAGE),
+        ]
+        self._channel = grpc.insecure_channel(self.addr, options=options)
+        self._stub = p4runtime_pb2_grpc.P4RuntimeStub(self._channel)
+        # Write takes request bytes (built by controller.wire), not a message.
+        self._write = self._channel.unary_unary(
+            "/p4.v1.P4Runtime/Write",
+            request_serializer=None,
+            response_deserializer=p4runtime_pb2.WriteResponse.FromString,
+        )
+        try:
+            # A first unary RPC: fails at once with UNAVAILABLE when nothing listens.
+            self._stub.Capabilities(
+                p4runtime_pb2.CapabilitiesRequest(),
+                timeout=max(self.wait, self.timeout),
+                wait_for_ready=self.wait > 0,
+            )
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                self.close()
+                raise translate_rpc_error(e, self.addr, "Capabilities") from None
+        self._stream = self._stub.StreamChannel(self._requests())
+        self._thread = threading.Thread(
+            target=self._receive, name=f"p4rt-stream-{self.addr}", daemon=True
+        )
+        self._thread.start()
+        self._arbitrate()
+        return self
+
+    def _requests(self) -> Iterator[p4runtime_pb2.StreamMessageRequest]:
+        while True:
+            msg = self._out.get()
+            if msg is None:
+                return
+            yield msg
+
+    def _receive(self) -> None:
+        try:
+            for msg in self._stream:
+                if msg.HasField("arbitration"):
+                    self.is_primary = msg.arbitration.status.code == code_pb2.OK
+                    self._arbitration.put(msg.arbitration)
+                elif msg.HasField("packet"):
+                    self._packets.put(msg.packet)
+                elif msg.HasField("error"):
+                    log.warning("switch %s reported a stream error: %s", self.addr, msg.error)
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.CANCELLED:
+                self._stream_error = translate_rpc_error(e, self.addr, "StreamChannel")
+        finally:
+            self.is_primary = False
+            self._arbitration.put(None)
+            self._packets.put(None)
+
+    def _arbitrate(self) -> None:
+        req = p4runtime_pb2.StreamMessageRequest()
+        req.arbitration.device_id = self.device_id
+        req.arbitration.election_id.high, req.arbitration.election_id.low = self.election_id
+        self._out.put(req)
+        try:
+            reply = self._arbitration.get(timeout=self.timeout)
+        except queue.Empty:
+            self.close()
+            raise SwitchUnreachable(
+                f"switch at {self.addr} did not answer the arbitration within {self.timeout} s"
+            ) from None
+        if reply is None:
+            err = self._stream_error or SwitchUnreachable(
+                f"switch at {self.addr} closed the stream during arbitration"
+            )
+            self.close()
+            raise err
+
+    def close(self) -> None:
+        """End the session. The stream is half-closed and awaited rather than cancelled, so
+        the server has dropped our election id when close() returns (a following client may
+        reuse it)."""
+        self._out.put(None)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=min(self.timeout, 2.0))
+        if self._stream is not None:
+            self._stream.cancel()  # no-op when the stream has ended
+        if self._channel is not None:
+            self._channel.close()
+        self._channel = None
+        self._stream = None
+        self._stub = None
+        self._write = None
+
+    def __enter__(self) -> SwitchClient:
+        return self if self._channel is not None else self.connect()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, name: str, request: object) -> object:
+        if self._stub is None:
+            raise SwitchUnreachable(f"client for {self.addr} is not connected")
+        try:
+            return getattr(self._stub, name)(request, timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise translate_rpc_error(e, self.addr, name) from None
+
+    def _set_election(self, req: object) -> None:
+        req.device_id = self.device_id
+        req.election_id.high, req.election_id.low = self.election_id
+
+    # --- RPCs ---
+
+    def api_version(self) -> str:
+        return self._call("Capabilities", p4runtime_pb2.CapabilitiesRequest()).p4runtime_api_version
+
+    def set_pipeline(self, p4info: p4info_pb2.P4Info, device_config: bytes = b"") -> None:
+        """SetForwardingPipelineConfig(VERIFY_AND_COMMIT); `device_config` is e.g. BMv2 JSON."""
+        req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+            action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT
+        )
+        self._set_election(req)
+        req.config.p4info.CopyFrom(p4info)
+        req.config.p4_device_config = device_config
+        self._call("SetForwardingPipelineConfig", req)
+
+    def get_pipeline(self) -> p4info_pb2.P4Info:
+        """The switch's P4Info; raises NoPipeline if none was set."""
+        req = p4runtime_pb2.GetForwardingPipelineConfigRequest(
+            device_id=self.device_id,
+            response_type=p4runtime_pb2.GetForwardingPipelineConfigRequest.P4INFO_AND_COOKIE,
+        )
+        try:
+            reply = self._call("GetForwardingPipelineConfig", req)
+        except ControllerError as e:
+            if "FAILED_PRECONDITION" in str(e):
+                raise NoPipeline(f"switch at {self.addr} has no pipeline: {e}") from None
+            raise
+        if not reply.config.HasField("p4info") or not reply.config.p4info.tables:
+            raise NoPipeline(f"switch at {self.addr} has no pipeline; run 'pipeline push'")
+        return reply.config.p4info
+
+    def write(
+        self,
+        updates: Sequence[p4runtime_pb2.Update | bytes],
+        batch_size: int = WRITE_BATCH,
+        stop_on_error: bool = True,
+    ) -> None:
+        """Send `updates` (messages, or Update bytes from controller.wire) in batches with
+        CONTINUE_ON_ERROR.
+
+        A failure raises a WriteError subclass whose `errors` index into `updates`; every
+        other update of a failing batch is applied. By default the batches after the first
+        failing one are not sent; with `stop_on_error=False` they are, and the errors of all
+        batches are raised together at the end.
+        """
+        if self._write is None:
+            raise SwitchUnreachable(f"client for {self.addr} is not connected")
+        errors: list[UpdateError] = []
+        for start in range(0, len(updates), batch_size):
+            batch = [wire.serialize_update(u) for u in updates[start : start + batch_size]]
+            req = wire.write_request(
+                self.device_id,
+                self.election_id,
+                batch,
+                p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR,
+            )
+            try:
+                self._write(req, timeout=self.timeout)
+            except grpc.RpcError as e:
+                err = translate_rpc_error(e, self.addr, "Write", start)
+                if stop_on_error or not isinstance(err, WriteError):
+                    raise err from None
+                errors += err.errors
+        if errors:
+            raise write_error(errors)
+
+    def write_entries(
+        self,
+        kind: str,
+        entries: Iterable[p4runtime_pb2.TableEntry | bytes],
+        batch_size: int = WRITE_BATCH,
+        stop_on_error: bool = True,
+    ) -> int:
+        """INSERT/MODIFY/DELETE table entries (messages, or TableEntry bytes from an
+        EntryEncoder); returns how many were sent. Errors as in write()."""
+        type_ = _Type.Value(kind.upper())
+        updates = [
+            wire.update(type_, e if isinstance(e, bytes) else e.SerializeToString())
+            for e in entries
+        ]
+        self.write(updates, batch_size, stop_on_error)
+        return len(updates)
+
+    def read(self, entities: Iterable[p4runtime_pb2.Entity]) -> Iterator[p4runtime_pb2.Entity]:
+        """Stream the entities matching the (wildcard) `entities`."""
+        if self._stub is None:
+            raise SwitchUnreachable(f"client for {self.addr} is not connected")
+        req = p4runtime_pb2.ReadRequest(device_id=self.device_id)
+        req.entities.extend(entities)
+        try:
+            for reply in self._stub.Read(req, timeout=max(self.timeout, READ_TIMEOUT)):
+                yield from reply.entities
+        except grpc.RpcError as e:
+            raise translate_rpc_error(e, self.addr, "Read") from None
+
+    def read_table(self, entry: p4runtime_pb2.TableEntry) -> list[p4runtime_pb2.TableEntry]:
+        return [e.table_entry for e in self.read([p4runtime_pb2.Entity(table_entry=entry)])]
+
+    # --- packets ---
+
+    def packet_out(self, payload: bytes, metadata: Mapping[int, bytes]) -> None:
+        """Send a PacketOut; `metadata` maps packet_out metadata id -> canonical bytes."""
+        req = p4runtime_pb2.StreamMessageRequest()
+        req.packet.payload = payload
+        for mid, value in metadata.items():
+            req.packet.metadata.add(metadata_id=mid, value=value)
+        self._out.put(req)
+
+    def packet_in(self, timeout: float = 1.0) -> p4runtime_pb2.PacketIn | None:
+        """The next PacketIn, or None after `timeout` seconds or when the stream ended."""
+        try:
+            return self._packets.get(timeout=timeout)
+        except queue.Empty:
+            return None

@@ -1,0 +1,169 @@
+"""IPv4 routes (p4src/include/forwarding.p4: table HotaggIngress.ipv4_lpm).
+
+Routes come from a topology file in the P4 tutorials' topology.json format:
+`hosts {name: {"ip": "10.0.1.1/24", "mac": ..., "commands": [...]}}`, `switches {name: {...}}`,
+`links [["h1", "s1-p1"], ["s1-p2", "s2-p1", latency?, bandwidth?], ...]`. Every switch gets
+a /32 route to every host: to the host's own MAC on the port it is attached to, else toward
+the next switch on a shortest path (ties: lowest port), addressed to that switch's MAC (its
+"mac" in the file, else 08:00:00:00:NN:00 as the tutorials use, NN = the switch's number).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from p4.v1 import p4runtime_pb2
+
+from controller.client import SwitchClient
+from controller.errors import BadInput
+from controller.p4info import P4Info
+
+TABLE = "HotaggIngress.ipv4_lpm"
+FORWARD = "HotaggIngress.ipv4_forward"
+SEND_TO_CPU = "HotaggIngress.send_to_cpu"
+DROP = "HotaggIngress.drop"
+
+
+class TopologyError(BadInput):
+    pass
+
+
+@dataclass(frozen=True)
+class Route:
+    prefix: int  # IPv4 address as an int
+    prefix_len: int
+    dst_mac: int
+    port: int
+
+    def __str__(self) -> str:
+        return (
+            f"{ipaddress.IPv4Address(self.prefix)}/{self.prefix_len} -> port {self.port} "
+            f"mac {format_mac(self.dst_mac)}"
+        )
+
+
+def parse_mac(text: str) -> int:
+    if not re.fullmatch(r"[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}", text):
+        raise TopologyError(f"{text!r} is not a MAC address like 08:00:00:00:01:11")
+    return int(text.replace(":", ""), 16)
+
+
+def format_mac(value: int) -> str:
+    return ":".join(f"{b:02x}" for b in value.to_bytes(6, "big"))
+
+
+def _switch_mac(name: str, info: dict, index: int) -> int:
+    if "mac" in info:
+        return parse_mac(info["mac"])
+    digits = re.search(r"(\d+)$", name)
+    n = int(digits.group(1)) if digits else index + 1
+    return 0x080000000000 | (n & 0xFF) << 8
+
+
+def _endpoint(text: str, switches: dict, hosts: dict) -> tuple[str, int | None]:
+    name, _, port = text.partition("-p")
+    if name in switches:
+        if not port.isdigit():
+            raise TopologyError(f"link end {text!r}: a switch end needs a port, like s1-p1")
+        return name, int(port)
+    if text in hosts:
+        return text, None
+    raise TopologyError(f"link end {text!r} names no host or switch of the topology")
+
+
+def load_topology(path: str | Path) -> dict:
+    try:
+        topo = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise TopologyError(f"cannot read topology {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise TopologyError(f"{path} is not JSON: {e}") from None
+    if not isinstance(topo, dict) or not {"hosts", "switches", "links"} <= topo.keys():
+        raise TopologyError(f"{path}: a topology has 'hosts', 'switches' and 'links'")
+    return topo
+
+
+def compute_routes(topo: dict, switch: str) -> list[Route]:
+    """The ipv4_lpm routes of `switch`, one /32 per host, sorted by address."""
+    hosts, switches = topo["hosts"], topo["switches"]
+    if switch not in switches:
+        raise TopologyError(f"no switch {switch!r} in the topology (have {sorted(switches)})")
+    macs = {n: _switch_mac(n, switches[n] or {}, i) for i, n in enumerate(sorted(switches))}
+    attached: dict[str, list[tuple[str, int]]] = {s: [] for s in switches}  # host -> port
+    neighbours: dict[str, list[tuple[int, str]]] = {s: [] for s in switches}
+    for link in topo["links"]:
+        (a, pa), (b, pb) = (_endpoint(end, switches, hosts) for end in link[:2])
+        if pa is not None and pb is not None:
+            neighbours[a].append((pa, b))
+            neighbours[b].append((pb, a))
+        elif pa is not None or pb is not None:
+            sw, port, host = (a, pa, b) if pa is not None else (b, pb, a)
+            attached[sw].append((host, port))  # type: ignore[arg-type]
+        else:
+            raise TopologyError(f"link {link} joins two hosts")
+    # BFS from `switch`: first hop (port, next switch) toward every reachable switch.
+    first_hop: dict[str, tuple[int, str] | None] = {switch: None}
+    todo = deque([switch])
+    while todo:
+        here = todo.popleft()
+        for port, nxt in sorted(neighbours[here]):
+            if nxt not in first_hop:
+                first_hop[nxt] = first_hop[here] or (port, nxt)
+                todo.append(nxt)
+    routes = []
+    for sw in sorted(first_hop):
+        for host, port in attached[sw]:
+            info = hosts[host]
+            try:
+                ip = ipaddress.IPv4Interface(info["ip"]).ip
+            except (KeyError, ValueError) as e:
+                raise TopologyError(f"host {host}: bad or missing 'ip' ({e})") from None
+            if sw == switch:
+                routes.append(Route(int(ip), 32, parse_mac(info.get("mac", "")), port))
+            else:
+                hop_port, hop = first_hop[sw]  # type: ignore[misc]
+                routes.append(Route(int(ip), 32, macs[hop], hop_port))
+    return sorted(routes, key=lambda r: r.prefix)
+
+
+class Forwarding:
+    """The ipv4_lpm table of one switch."""
+
+    def __init__(self, client: SwitchClient, p4info: P4Info) -> None:
+        self.client = client
+        self.p4info = p4info
+
+    def _entry(self, route: Route) -> p4runtime_pb2.TableEntry:
+        return self.p4info.table_entry(
+            TABLE,
+            {"dst_addr": (route.prefix, route.prefix_len)},
+            FORWARD,
+            {"dst_mac": route.dst_mac, "port": route.port},
+        )
+
+    def routes(self) -> list[Route]:
+        out = []
+        for entry in self.client.read_table(self.p4info.wildcard(TABLE)):
+            e = self.p4info.decode_entry(entry)
+            if e.action == FORWARD:
+                prefix, plen = e.match["dst_addr"]  # type: ignore[misc]
+                out.append(Route(prefix, plen, e.params["dst_mac"], e.params["port"]))
+        return sorted(out, key=lambda r: (r.prefix, r.prefix_len))
+
+    def install(self, routes: list[Route], replace: bool = False) -> dict[str, int]:
+        """Make the switch hold `routes`: insert new ones, modify changed ones; with
+        `replace`, also delete forwarding routes not in `routes`. Idempotent."""
+        current = {(r.prefix, r.prefix_len): r for r in self.routes()}
+        wanted = {(r.prefix, r.prefix_len): r for r in routes}
+        new = [r for k, r in wanted.items() if k not in current]
+        changed = [r for k, r in wanted.items() if k in current and current[k] != r]
+        stale = [r for k, r in current.items() if k not in wanted] if replace else []
+        self.client.write_entries("delete", [self._entry(r) for r in stale])
+        self.client.write_entries("modify", [self._entry(r) for r in changed])
+        self.client.write_entries("insert", [self._entry(r) for r in new])
+        return {"inserted": len(new), "modified": len(changed), "deleted": len(stale)}

@@ -1,0 +1,136 @@
+"""Choosing the hot set from update-frequency statistics (pure functions, no switch).
+
+Statistics file (the PS agent's frequency file, hosts/stats.py), accepted here as:
+  - text, one `key,updates[,more columns]` per line (comma or whitespace separated); keys are
+    uint64 in decimal or 0x-hex, updates non-negative integers;
+  - blank lines and lines starting with `#` are ignored; an optional header line whose first
+    field is `key` names the columns, and the `updates` column is the count used (so
+    hosts/stats.py's `key,updates,cold,collected` works); a key listed twice (e.g. in files
+    of several PS shards concatenated) has its counts summed.
+
+A PS only sees the updates that reached it: once a key is hot, its pushes are aggregated in
+the switch and vanish from the PS's counts. `combine` adds the switch's hit counts (direct
+counters of the hot-key tables) back, so a hot key is not evicted for being hot. Hits count
+every lookup hit (pushes, pulls and writebacks), hence the weight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from controller.errors import BadInput
+from hosts.protocol import KEY_MAX
+
+
+def parse_stats(lines: Iterable[str], source: str = "<stats>") -> dict[int, int]:
+    """Parse statistics lines (format above) into {key: updates}."""
+    freqs: dict[int, int] = {}
+    key_col, count_col = 0, 1
+    seen_data = False
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.replace(",", " ").split()
+        if not seen_data and fields[0].lower() == "key":
+            names = [f.lower() for f in fields]
+            if "updates" not in names:
+                raise BadInput(f"{source}:{lineno}: header has no 'updates' column: {line!r}")
+            key_col, count_col = 0, names.index("updates")
+            seen_data = True
+            continue
+        seen_data = True
+        if len(fields) <= max(key_col, count_col):
+            raise BadInput(f"{source}:{lineno}: expected 'key,updates', got {line!r}")
+        try:
+            key = int(fields[key_col], 0)
+            count = int(fields[count_col])
+        except ValueError:
+            raise BadInput(f"{source}:{lineno}: not integers: {line!r}") from None
+        if not 0 <= key <= KEY_MAX:
+            raise BadInput(f"{source}:{lineno}: key {key} is not a uint64")
+        if count < 0:
+            raise BadInput(f"{source}:{lineno}: negative update count {count}")
+        freqs[key] = freqs.get(key, 0) + count
+    return freqs
+
+
+def load_stats(path: str | Path) -> dict[int, int]:
+    try:
+        with open(path) as f:
+            return parse_stats(f, str(path))
+    except OSError as e:
+        raise BadInput(f"cannot read statistics file {path}: {e.strerror}") from None
+
+
+def combine(
+    freqs: Mapping[int, int], hits: Mapping[int, int], weight: float = 1.0
+) -> dict[int, int]:
+    """PS update counts plus `weight` times the switch's hit counts, per key."""
+    if weight < 0:
+        raise BadInput(f"hit weight {weight} is negative")
+    out = dict(freqs)
+    for key, n in hits.items():
+        out[key] = out.get(key, 0) + round(weight * n)
+    return out
+
+
+@dataclass(frozen=True)
+class HotSet:
+    keys: list[int]  # hottest first
+    covered: int  # updates of the chosen keys
+    total: int  # updates of all keys
+    candidates: int  # keys with at least one update
+
+    @property
+    def coverage(self) -> float:
+        return self.covered / self.total if self.total else 0.0
+
+    def describe(self) -> str:
+        return (
+            f"{len(self.keys)} keys cover {100 * self.coverage:.1f}% of updates "
+            f"({self.covered} of {self.total}; {self.candidates} keys seen)"
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "keys": self.keys,
+            "covered": self.covered,
+            "total": self.total,
+            "coverage": self.coverage,
+            "candidates": self.candidates,
+        }
+
+
+def rank(freqs: Mapping[int, int]) -> list[tuple[int, int]]:
+    """(key, updates) with updates > 0, most updated first; ties by key, so it is stable."""
+    return sorted(((k, n) for k, n in freqs.items() if n > 0), key=lambda kn: (-kn[1], kn[0]))
+
+
+def choose(
+    freqs: Mapping[int, int], budget: int | None = None, coverage: float | None = None
+) -> HotSet:
+    """The hot set: the most updated keys, at most `budget` of them, stopping as soon as
+    they cover `coverage` (a fraction in [0, 1]) of all updates. With only a budget: the
+    keys covering the most updates within it; with only a target: the fewest keys reaching
+    it (all keys if it cannot be reached)."""
+    if budget is None and coverage is None:
+        raise BadInput("give a slot budget, a coverage target, or both")
+    if budget is not None and budget < 0:
+        raise BadInput(f"budget {budget} is negative")
+    if coverage is not None and not 0.0 <= coverage <= 1.0:
+        raise BadInput(f"coverage target {coverage} is not in [0, 1]")
+    ranked = rank(freqs)
+    total = sum(n for _, n in ranked)
+    keys: list[int] = []
+    covered = 0
+    for key, n in ranked:
+        if budget is not None and len(keys) >= budget:
+            break
+        if coverage is not None and covered >= coverage * total:
+            break
+        keys.append(key)
+        covered += n
+    return HotSet(keys, covered, total, len(ranked))

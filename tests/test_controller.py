@@ -1,0 +1,424 @@
+"""The controller library against the embedded switch's real P4Runtime server (in process,
+127.0.0.1 port 0). Assertions read the server's pipeline state directly where they can."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from p4.v1 import p4runtime_pb2
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from controller import wire
+from controller.client import SwitchClient
+from controller.drop_sim import DropSim, rate_of
+from controller.errors import (
+    AlreadyExists,
+    BadInput,
+    BudgetExceeded,
+    ControllerError,
+    EntryExists,
+    NoPipeline,
+    NotFound,
+    NotPrimary,
+    PipelineMismatch,
+    SwitchUnreachable,
+    TableFull,
+    UnknownJob,
+)
+from controller.forwarding import Forwarding, Route, compute_routes, load_topology
+from controller.hot_keys import INSTANCES, HotKeys, set_slot, table
+from controller.jobs import Jobs
+from controller.p4info import P4Info
+from controller.stats import Stats
+from hosts.protocol import CPU_PORT, HOT_KEYS_SIZE, HOTAGG_PORT, MAX_JOBS, Entry, Hotagg, Op
+from softswitch.p4rt import P4RuntimeServer
+from softswitch.pipeline import Pipeline
+from softswitch.state import Table
+
+REPO = Path(__file__).resolve().parent.parent
+# HOTAGG_P4INFO lets the same tests run with another P4Info (e.g. p4c's output in build/).
+P4INFO_PATH = Path(os.environ.get("HOTAGG_P4INFO", REPO / "p4src" / "hotagg.p4info.txtpb"))
+
+
+@dataclass
+class Switch:
+    addr: str
+    pipeline: Pipeline
+    server: P4RuntimeServer
+    p4info: P4Info
+
+    def client(self, election_id: tuple[int, int] = (0, 1)) -> SwitchClient:
+        return SwitchClient(self.addr, 0, election_id, timeout=5).connect()
+
+    def hot(self, i: int) -> Table:
+        return self.pipeline.tables[table(i)]
+
+
+@pytest.fixture(name="bare_switch")
+def bare_switch_fixture() -> Iterator[Switch]:
+    """A fresh embedded switch serving P4Runtime, without a pipeline config."""
+    if not P4INFO_PATH.exists():
+        pytest.skip(f"{P4INFO_PATH} is missing")
+    pipeline = Pipeline(seed=1)
+    server = P4RuntimeServer(pipeline, address="127.0.0.1:0")
+    port = server.start()
+    yield Switch(f"127.0.0.1:{port}", pipeline, server, P4Info.from_file(P4INFO_PATH))
+    server.stop(0)
+
+
+@pytest.fixture(name="switch")
+def switch_fixture(bare_switch: Switch) -> Switch:
+    with bare_switch.client() as c:
+        c.set_pipeline(bare_switch.p4info.message)
+    return bare_switch
+
+
+@pytest.fixture
+def client(switch: Switch) -> Iterator[SwitchClient]:
+    c = switch.client()
+    yield c
+    c.close()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once the socket is closed
+
+
+def push_frame(job_id: int, keys: list[int], seq: int = 1) -> bytes:
+    pkt = (
+        Ether(src="08:00:00:00:00:01", dst="08:00:00:00:00:05")
+        / IP(src="10.0.0.1", dst="10.0.0.5")
+        / UDP(sport=HOTAGG_PORT, dport=HOTAGG_PORT)
+        / Hotagg(op=Op.PUSH, job_id=job_id, worker_id=0, seq=seq, iteration=1,
+                 entries=[Entry(key=k, value=1) for k in keys])
+    )  # fmt: skip
+    return bytes(pkt)
+
+
+# --- encoding ---
+
+
+def test_entry_encoder_bytes_equal_protobuf_serialization(switch: Switch) -> None:
+    p4 = switch.p4info
+    cases = [
+        (table(3), set_slot(3), {"job_id": 0, "key": 0}, {"offset": 0}),
+        (table(0), set_slot(0), {"job_id": 0xFFFF, "key": 2**64 - 1}, {"offset": 2**32 - 1}),
+        ("HotaggIngress.jobs", "HotaggIngress.set_job", {"job_id": 258},
+         {"job_index": 3, "slot_base": 300, "slot_count": 1 << 20}),
+        ("HotaggIngress.ipv4_lpm", "HotaggIngress.ipv4_forward", {"dst_addr": (0x0A000100, 24)},
+         {"dst_mac": 0x080000000111, "port": 511}),
+        ("HotaggIngress.ipv4_lpm", "HotaggIngress.drop", {"dst_addr": (0, 0)}, {}),
+    ]  # fmt: skip
+    for tbl, action, match, params in cases:
+        msg = p4.table_entry(tbl, match, action, params)
+        fast = p4.encoder(tbl, action)(tuple(match.values()), tuple(params.values()))
+        assert fast == msg.SerializeToString(), tbl
+        assert (
+            p4.encoder(tbl)(tuple(match.values())) == p4.table_entry(tbl, match).SerializeToString()
+        )
+        upd = p4runtime_pb2.Update(type=p4runtime_pb2.Update.DELETE)
+        upd.entity.table_entry.CopyFrom(msg)
+        assert wire.update(upd.type, fast) == upd.SerializeToString()
+    req = p4runtime_pb2.WriteRequest(device_id=7, updates=[upd])
+    req.election_id.high, req.election_id.low = 1, 2**64 - 1
+    assert wire.write_request(7, (1, 2**64 - 1), [upd.SerializeToString()], 0) == (
+        req.SerializeToString()
+    )
+
+
+@pytest.mark.parametrize(
+    ("match", "needle"),
+    [
+        ({"job_id": 1 << 16, "key": 1}, "does not fit in 16 bits"),
+        ({"job_id": 1, "key": -1}, "does not fit"),
+        ({"job_id": 1}, "missing"),
+        ({"job_id": 1, "key": 1, "x": 2}, "no match field"),
+    ],
+)
+def test_bad_matches_are_refused_before_sending(switch: Switch, match: dict, needle: str) -> None:
+    with pytest.raises(BadInput, match=needle):
+        switch.p4info.table_entry(table(0), match, set_slot(0), {"offset": 1})
+
+
+def test_lpm_with_bits_past_the_prefix_is_refused(switch: Switch) -> None:
+    with pytest.raises(BadInput, match="beyond the prefix"):
+        switch.p4info.table_entry("HotaggIngress.ipv4_lpm", {"dst_addr": (0x0A000001, 24)})
+
+
+# --- session, arbitration, pipeline ---
+
+
+def test_unreachable_switch_fails_fast() -> None:
+    start = time.monotonic()
+    with pytest.raises(SwitchUnreachable, match="unreachable"):
+        SwitchClient(f"127.0.0.1:{closed_port()}", timeout=5).connect()
+    assert time.monotonic() - start < 3
+
+
+def test_no_pipeline_then_push_and_get(bare_switch: Switch) -> None:
+    with bare_switch.client() as c:
+        assert c.is_primary and c.api_version()
+        with pytest.raises(NoPipeline):
+            c.get_pipeline()
+        c.set_pipeline(bare_switch.p4info.message)
+        assert P4Info(c.get_pipeline()).mismatches(bare_switch.p4info) == []
+
+
+def test_pipeline_that_does_not_fit_is_refused(bare_switch: Switch) -> None:
+    bad = P4Info(bare_switch.p4info.message).message.__deepcopy__()
+    bad.tables[0].preamble.name = "HotaggIngress.no_such_table"
+    with bare_switch.client() as c, pytest.raises(PipelineMismatch, match="refused"):
+        c.set_pipeline(bad)
+
+
+def test_backup_controller_cannot_write_until_primary_leaves(switch: Switch) -> None:
+    primary = switch.client((0, 10))
+    backup = switch.client((0, 5))
+    try:
+        assert primary.is_primary and not backup.is_primary
+        with pytest.raises(NotPrimary, match="not the primary"):
+            Jobs(backup, switch.p4info).add(1, 8)
+        assert len(switch.pipeline.tables["HotaggIngress.jobs"]) == 0
+        Jobs(primary, switch.p4info).add(1, 8)
+        with pytest.raises(ControllerError, match="already used"):
+            switch.client((0, 10))  # a second controller with the primary's id
+        primary.close()
+        deadline = time.monotonic() + 5
+        while not backup.is_primary and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert backup.is_primary
+        Jobs(backup, switch.p4info).add(2, 8)
+        assert len(switch.pipeline.tables["HotaggIngress.jobs"]) == 2
+    finally:
+        primary.close()
+        backup.close()
+
+
+def test_write_errors_carry_per_update_indices(client: SwitchClient, switch: Switch) -> None:
+    enc = switch.p4info.encoder(table(0), set_slot(0))
+    client.write_entries("insert", [enc((1, 10), (0,))])
+    batch = [enc((1, k), (k,)) for k in (11, 10, 12, 10)]
+    with pytest.raises(EntryExists) as exc:
+        client.write_entries("insert", batch)
+    assert [e.index for e in exc.value.errors] == [1, 3]
+    assert {e.code for e in exc.value.errors} == {"ALREADY_EXISTS"}
+    assert {e.match[1] for e in switch.hot(0).entries()} == {10, 11, 12}  # rest applied
+
+
+# --- jobs ---
+
+
+def test_jobs_get_disjoint_slot_ranges_and_indices(client: SwitchClient, switch: Switch) -> None:
+    jobs = Jobs(client, switch.p4info)
+    a, b = jobs.add(1, 100), jobs.add(2, 50)
+    assert (a.slot_base, a.slot_end, b.slot_base) == (0, 100, 100)
+    assert a.job_index != b.job_index
+    entry = switch.pipeline.tables["HotaggIngress.jobs"].get((2,))
+    assert entry.params == (b.job_index, 100, 50)
+    jobs.remove(1)
+    c = jobs.add(3, 60)  # first fit: the hole job 1 left
+    assert (c.slot_base, c.job_index) == (0, a.job_index)
+    assert [j.job_id for j in jobs.list()] == [2, 3]
+    with pytest.raises(AlreadyExists):
+        jobs.add(2, 1)
+    with pytest.raises(UnknownJob):
+        jobs.get(99)
+    with pytest.raises(BudgetExceeded, match="consecutive"):
+        jobs.add(4, 16384)
+
+
+def test_job_indices_run_out_at_max_jobs(client: SwitchClient, switch: Switch) -> None:
+    jobs = Jobs(client, switch.p4info)
+    for j in range(MAX_JOBS):
+        jobs.add(j, 1)
+    with pytest.raises(BudgetExceeded, match="job indices"):
+        jobs.add(MAX_JOBS, 1)
+
+
+# --- hot keys ---
+
+
+def test_install_writes_every_instance_with_one_offset(
+    client: SwitchClient, switch: Switch
+) -> None:
+    job = Jobs(client, switch.p4info).add(1, 16)
+    hot = HotKeys(client, switch.p4info)
+    report = hot.install(job, [5, 2**64 - 1, 7, 5])
+    assert report.added == [(5, 0), (2**64 - 1, 1), (7, 2)]
+    assert report.entries_written == 3 * INSTANCES
+    for i in range(INSTANCES):
+        assert {e.match: e.params for e in switch.hot(i).entries()} == {
+            (1, 5): (0,),
+            (1, 2**64 - 1): (1,),
+            (1, 7): (2,),
+        }
+    assert hot.evict(1, [2**64 - 1]) == 1
+    assert all(len(switch.hot(i)) == 2 for i in range(INSTANCES))
+    again = hot.install(job, [7, 9])  # 9 takes the freed offset 1
+    assert again.added == [(9, 1)] and again.kept == 1
+    with pytest.raises(NotFound, match="not hot"):
+        hot.evict(1, [12345])
+    assert [hk.key for hk in hot.list(1)] == [5, 7, 9]
+    assert hot.clear(1) == 3
+    assert all(len(switch.hot(i)) == 0 for i in range(INSTANCES))
+
+
+def test_replace_evicts_the_rest(client: SwitchClient, switch: Switch) -> None:
+    job = Jobs(client, switch.p4info).add(1, 3)
+    hot = HotKeys(client, switch.p4info)
+    hot.install(job, [1, 2, 3])
+    report = hot.install(job, [3, 4, 5], replace=True)
+    assert report.evicted == 2 and report.kept == 1
+    assert sorted((hk.key, hk.offset) for hk in hot.list(1)) == [(3, 2), (4, 0), (5, 1)]
+
+
+def test_job_slot_budget_is_checked_before_writing(client: SwitchClient, switch: Switch) -> None:
+    job = Jobs(client, switch.p4info).add(1, 4)
+    hot = HotKeys(client, switch.p4info)
+    hot.install(job, [1, 2])
+    with pytest.raises(BudgetExceeded, match="4 slots, 2 in use"):
+        hot.install(job, [3, 4, 5])
+    assert len(switch.hot(0)) == 2 and len(switch.hot(7)) == 2
+
+
+def test_interrupted_writes_are_repaired(client: SwitchClient, switch: Switch) -> None:
+    job = Jobs(client, switch.p4info).add(1, 8)
+    hot = HotKeys(client, switch.p4info)
+    hot.install(job, [40])
+    # An install of 41 that stopped after instances 7..3 (inserts go 7..0).
+    for i in range(3, INSTANCES):
+        switch.hot(i).insert((1, 41), set_slot(i), (6,))
+    assert [hk.key for hk in hot.list(1)] == [40]
+    orphan = hot.list(1, all_instances=True)[1]
+    assert not orphan.complete and orphan.offsets == [None] * 3 + [6] * 5
+    report = hot.install(job, [41])
+    assert report.added == [(41, 1)] and report.repaired == 5
+    assert all(switch.hot(i).get((1, 41)).params == (1,) for i in range(INSTANCES))
+    assert all(hk.complete for hk in hot.list(1, all_instances=True))
+    # An evict that stopped after instances 0..4 (deletes go 0..7): evict again is fine.
+    for i in range(5):
+        switch.hot(i).delete((1, 40))
+    hot.install(job, [40])
+    switch.hot(6).delete((1, 40))
+    assert hot.evict(1, [40]) == 1
+    assert all(len(switch.hot(i)) == 1 for i in range(INSTANCES))
+    switch.hot(2).insert((1, 77), set_slot(2), (3,))  # an orphan that clear must remove
+    assert hot.clear(1) == 1
+    assert all(len(switch.hot(i)) == 0 for i in range(INSTANCES))
+
+
+def test_full_table_raises_table_full(client: SwitchClient, switch: Switch) -> None:
+    enc = switch.p4info.encoder(table(0), set_slot(0))
+    client.write_entries("insert", [enc((9, k), (0,)) for k in range(HOT_KEYS_SIZE)])
+    with pytest.raises(TableFull) as exc:
+        client.write_entries("insert", [enc((9, -1 % 2**64), (0,)), enc((9, 0), (0,))])
+    assert exc.value.errors[0].code == "RESOURCE_EXHAUSTED" and exc.value.errors[0].index == 0
+
+
+def test_hit_counters_sum_over_instances(client: SwitchClient, switch: Switch) -> None:
+    job = Jobs(client, switch.p4info).add(1, 8)
+    hot = HotKeys(client, switch.p4info)
+    hot.install(job, [5, 6])
+    frame = push_frame(1, [5, 6, 5, 77])  # 77 is cold
+    switch.pipeline.process(1, frame)
+    by_key = {hk.key: hk for hk in hot.list(1, counters=True)}
+    assert by_key[5].packets == 2 and by_key[5].instance_packets[:3] == [1, 0, 1]
+    assert by_key[6].packets == 1 and by_key[6].bytes == len(frame)
+    cells = {c.name: c.packets for c in Stats(client, switch.p4info).read()}
+    assert cells["PUSH"] == 1 and cells["HOT_APPLIED"] == 3 and cells["COLD_FORWARDED"] == 1
+    per_table = [c.packets for c in Stats(client, switch.p4info).hot_key_hits()]
+    assert per_table == [1, 1, 1, 0, 0, 0, 0, 0]
+    Stats(client, switch.p4info).clear()
+    assert all(c.packets == 0 for c in Stats(client, switch.p4info).read())
+
+
+# --- drop simulator, forwarding, packets ---
+
+
+def test_drop_rate_reaches_the_data_plane(client: SwitchClient, switch: Switch) -> None:
+    sim = DropSim(client, switch.p4info)
+    assert sim.get() == 0
+    assert sim.set(0.05) == round(0.05 * 65536) == sim.get()
+    assert switch.pipeline.tables["HotaggIngress.drop_sim"].default()[1] == (3277,)
+    sim.set(1.0)
+    Jobs(client, switch.p4info).add(1, 8)
+    assert switch.pipeline.process(1, push_frame(1, [1])) == []
+    assert {c.name: c.packets for c in Stats(client, switch.p4info).read()}["SIM_DROP"] == 1
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(BadInput):
+            rate_of(bad)
+
+
+TUTORIAL_TOPO = {
+    "hosts": {
+        "h1": {"ip": "10.0.1.1/24", "mac": "08:00:00:00:01:11"},
+        "h2": {"ip": "10.0.2.2/24", "mac": "08:00:00:00:02:22"},
+        "h3": {"ip": "10.0.3.3/24", "mac": "08:00:00:00:03:33"},
+    },
+    "switches": {"s1": {}, "s2": {}, "s3": {"mac": "02:00:00:00:00:03"}},
+    "links": [["h1", "s1-p1"], ["h2", "s2-p1"], ["h3", "s3-p1"],
+              ["s1-p2", "s2-p2", "0.1ms"], ["s2-p3", "s3-p2"]],
+}  # fmt: skip
+
+
+def test_routes_follow_shortest_paths() -> None:
+    s1 = {str(r) for r in compute_routes(TUTORIAL_TOPO, "s1")}
+    assert s1 == {
+        "10.0.1.1/32 -> port 1 mac 08:00:00:00:01:11",
+        "10.0.2.2/32 -> port 2 mac 08:00:00:00:02:00",
+        "10.0.3.3/32 -> port 2 mac 08:00:00:00:02:00",
+    }
+    s2 = {str(r) for r in compute_routes(TUTORIAL_TOPO, "s2")}
+    assert "10.0.3.3/32 -> port 3 mac 02:00:00:00:00:03" in s2
+    assert "10.0.1.1/32 -> port 2 mac 08:00:00:00:01:00" in s2
+
+
+def test_forwarding_install_is_idempotent(client: SwitchClient, switch: Switch) -> None:
+    routes = compute_routes(load_topology(REPO / "topologies" / "star.json"), "s1")
+    fwd = Forwarding(client, switch.p4info)
+    assert fwd.install(routes)["inserted"] == len(routes)
+    assert fwd.install(routes) == {"inserted": 0, "modified": 0, "deleted": 0}
+    moved = [Route(routes[0].prefix, 32, routes[0].dst_mac, 9), *routes[1:]]
+    assert fwd.install(moved)["modified"] == 1
+    assert fwd.install(moved[1:], replace=True)["deleted"] == 1
+    assert fwd.routes() == moved[1:]
+    assert len(switch.pipeline.tables["HotaggIngress.ipv4_lpm"]) == len(routes) - 1
+
+
+def test_packet_out_and_packet_in(client: SwitchClient, switch: Switch) -> None:
+    emitted: list[tuple[int, bytes]] = []
+
+    class Dataplane:
+        def inject(self, port: int, frame: bytes) -> None:
+            emitted.extend(switch.pipeline.process(port, frame))
+
+    switch.server.attach_dataplane(Dataplane())
+    client.packet_out(b"\xaa" * 60, {1: (3).to_bytes(2, "big")})
+    deadline = time.monotonic() + 5
+    while not emitted and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert emitted == [(3, b"\xaa" * 60)]
+    switch.server.packet_in((7 << 7).to_bytes(2, "big") + b"\xbb" * 60)
+    pin = client.packet_in(timeout=5)
+    assert pin is not None and pin.payload == b"\xbb" * 60
+    assert {m.metadata_id: int.from_bytes(m.value, "big") for m in pin.metadata}[1] == 7
+    assert CPU_PORT == 255
+
+
+def test_install_2000_hot_keys_rate(client: SwitchClient, switch: Switch) -> None:
+    job = Jobs(client, switch.p4info).add(1, 2000)
+    start = time.perf_counter()
+    report = HotKeys(client, switch.p4info).install(job, range(10_000, 12_000))
+    elapsed = time.perf_counter() - start
+    assert report.entries_written == 2000 * INSTANCES
+    assert all(len(switch.hot(i)) == 2000 for i in range(INSTANCES))
+    print(f"\ninstalled 2000 hot keys x {INSTANCES} tables: {16000 / elapsed:.0f} entries/s")
