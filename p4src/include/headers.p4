@@ -1,0 +1,115 @@
+/*
+ * hotagg: headers. Field names and widths match the Scapy layers in hosts/protocol.py.
+ */
+#ifndef HOTAGG_HEADERS_P4
+#define HOTAGG_HEADERS_P4
+
+/* ---- CPU port (BMv2 --cpu-port 255) ---- */
+// Prepended by the switch to frames it sends to the controller (P4Runtime PacketIn
+// metadata id 1 = ingress_port, id 2 = _pad).
+@controller_header("packet_in")
+header packet_in_header_t {
+    port_t ingress_port;
+    bit<7> _pad;
+}
+
+// Prepended by the controller to frames it sends out of a port (PacketOut metadata).
+@controller_header("packet_out")
+header packet_out_header_t {
+    port_t egress_port;
+    bit<7> _pad;
+}
+
+/* ---- Ethernet / IPv4 (IHL 5) / UDP ---- */
+header ethernet_t {
+    mac_addr_t dstAddr;
+    mac_addr_t srcAddr;
+    bit<16>    etherType;
+}
+
+header ipv4_t {
+    bit<4>      version;
+    bit<4>      ihl;
+    bit<8>      diffserv;
+    bit<16>     totalLen;
+    bit<16>     identification;
+    bit<3>      flags;
+    bit<13>     fragOffset;
+    bit<8>      ttl;
+    bit<8>      protocol;
+    bit<16>     hdrChecksum;
+    ipv4_addr_t srcAddr;
+    ipv4_addr_t dstAddr;
+}
+
+header udp_t {
+    l4_port_t srcPort;
+    l4_port_t dstPort;
+    bit<16>   length;
+    bit<16>   checksum;     // the switch writes 0 (no checksum) on every switch op it processes
+}
+
+/*
+ * hotagg header (20 bytes, network byte order), after UDP with destination port 18497:
+ *
+ *  0                   1                   2                   3
+ *  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+ * +---------------+---------------+---------------+---------------+
+ * |   version=1   |      op       |     flags     |     count     |
+ * +---------------+---------------+---------------+---------------+
+ * |            job_id             |           worker_id           |
+ * +-------------------------------+-------------------------------+
+ * |                              seq                              |
+ * +---------------------------------------------------------------+
+ * |                           iteration                           |
+ * +---------------+-----------------------------------------------+
+ * |     mask      |                   reserved (0)                |
+ * +---------------+-----------------------------------------------+
+ *
+ * followed by `count` entries (12 bytes each), count <= MAX_ENTRIES = 8:
+ *
+ * +---------------------------------------------------------------+
+ * |                           key (64)                            |
+ * |                                                               |
+ * +---------------------------------------------------------------+
+ * |                   value (32, two's complement)                |
+ * +---------------------------------------------------------------+
+ *
+ * flags: bit 0 FROM_SWITCH, bit 1 RETRANSMIT. mask: bit i = entry position i (meaning per
+ * op, docs/design.md §1). value: fixed point, real = value / 2^16.
+ */
+header hotagg_t {
+    bit<8>       version;
+    op_t         op;
+    flags_t      flags;
+    bit<8>       count;
+    job_id_t     job_id;
+    worker_id_t  worker_id;
+    seq_t        seq;
+    iteration_t  iteration;
+    entry_mask_t mask;
+    bit<24>      reserved;
+}
+
+header entry_t {
+    hot_key_t key;
+    value_t   value;
+}
+
+struct headers_t {
+    packet_in_header_t   packet_in;
+    packet_out_header_t  packet_out;
+    ethernet_t           ethernet;
+    ipv4_t               ipv4;
+    udp_t                udp;
+    hotagg_t             hotagg;
+    // Removing an entry = setInvalid() on its element: the deparser emits only the valid
+    // elements, in order, so the remaining entries keep their order.
+    entry_t[MAX_ENTRIES] entries;
+}
+
+struct local_metadata_t {
+    bit<8> entries_left;    // parser loop counter over hdr.entries (as in the tutorials' mri)
+}
+
+#endif  /* HOTAGG_HEADERS_P4 */

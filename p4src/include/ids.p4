@@ -1,0 +1,50 @@
+/*
+ * hotagg: P4Runtime ids of every object declared once: the frozen control-plane contract.
+ *
+ * Top byte = P4Runtime object type (p4info.proto P4Ids): 0x01 action, 0x02 table,
+ * 0x12 counter, 0x13 direct counter, 0x16 register. Ids are never reused: retire one by
+ * turning its line into a comment and take new ones from the "next free" line.
+ *
+ * Objects of HotKeyLookup (instantiated 8 times as lookup0..lookup7: hot_keys, set_slot,
+ * miss, hits) carry no @id: p4c rejects an @id that lands on several declarations
+ * ("@id N is assigned to multiple declarations"). They get p4c's own ids, a hash of their
+ * full name (scripts/gen_p4info.py reproduces them), as do the two controller headers.
+ *
+ * Format, read by scripts/gen_p4info.py and tests/test_p4src.py:
+ *   #define HOTAGG_ID_<KIND>_<NAME> 0x........  // <P4Info name>
+ */
+#ifndef HOTAGG_IDS_P4
+#define HOTAGG_IDS_P4
+
+// Actions (0x01)
+#define HOTAGG_ID_ACTION_IPV4_FORWARD 0x01000001  // HotaggIngress.ipv4_forward
+#define HOTAGG_ID_ACTION_SEND_TO_CPU 0x01000002  // HotaggIngress.send_to_cpu
+#define HOTAGG_ID_ACTION_DROP 0x01000003  // HotaggIngress.drop
+#define HOTAGG_ID_ACTION_SET_JOB 0x01000004  // HotaggIngress.set_job
+#define HOTAGG_ID_ACTION_UNKNOWN_JOB 0x01000005  // HotaggIngress.unknown_job
+#define HOTAGG_ID_ACTION_SET_DROP_RATE 0x01000006  // HotaggIngress.set_drop_rate
+
+// Tables (0x02)
+#define HOTAGG_ID_TABLE_IPV4_LPM 0x02000001  // HotaggIngress.ipv4_lpm
+#define HOTAGG_ID_TABLE_JOBS 0x02000002  // HotaggIngress.jobs
+#define HOTAGG_ID_TABLE_DROP_SIM 0x02000003  // HotaggIngress.drop_sim
+
+// Counters (0x12)
+#define HOTAGG_ID_COUNTER_STATS 0x12000001  // HotaggIngress.stats
+
+// Direct counters (0x13): none pinned (the only ones live in HotKeyLookup).
+
+// Registers (0x16)
+#define HOTAGG_ID_REGISTER_DEDUP_SEQ 0x16000001  // HotaggIngress.dedup_seq
+#define HOTAGG_ID_REGISTER_DEDUP_MASK 0x16000002  // HotaggIngress.dedup_mask
+#define HOTAGG_ID_REGISTER_AGG_VALUE 0x16000003  // HotaggIngress.agg_value
+#define HOTAGG_ID_REGISTER_AGG_ITER 0x16000004  // HotaggIngress.agg_iter
+#define HOTAGG_ID_REGISTER_AGG_KEY 0x16000005  // HotaggIngress.agg_key
+#define HOTAGG_ID_REGISTER_CACHE_VALUE 0x16000006  // HotaggIngress.cache_value
+#define HOTAGG_ID_REGISTER_CACHE_ITER 0x16000007  // HotaggIngress.cache_iter
+#define HOTAGG_ID_REGISTER_CACHE_KEY 0x16000008  // HotaggIngress.cache_key
+
+// Next free: action 0x01000007, table 0x02000004, counter 0x12000002,
+// direct counter 0x13000001, register 0x16000009.
+
+#endif  /* HOTAGG_IDS_P4 */

@@ -1,0 +1,55 @@
+/*
+ * hotagg: sizes and the index layouts derived from them, in one place.
+ * Each number equals its namesake in hosts/protocol.py (tests/test_p4src.py checks both the
+ * equality and every derived mask and shift). Plain bit<W> literals on purpose: p4c folds
+ * them before type checking, so they are usable as table, register and header stack sizes.
+ */
+#ifndef HOTAGG_SIZES_P4
+#define HOTAGG_SIZES_P4
+
+// K: entries per packet. p4c applies a table at most once per pass, so the program needs
+// one hot-key table instance per position; 8 keeps the per-entry mask in one byte and a
+// packet at 158 bytes.
+const bit<8> MAX_ENTRIES = 8;
+
+// Wire lengths in bytes: a valid request has udp.length == 8 + 20 + 12 * count.
+const bit<16> UDP_HEADER_LEN = 8;
+const bit<16> HEADER_LEN = 20;
+const bit<16> ENTRY_LEN = 12;
+
+// Aggregation slots per switch, shared by all jobs (each job owns [slot_base,
+// slot_base + slot_count)). A power of two, so slot numbers are masked into range.
+const bit<32> NUM_SLOTS = 16384;
+// Entries per hot-key table instance: every slot can hold a distinct hot key.
+const bit<32> HOT_KEYS_SIZE = 16384;
+// Jobs and workers per job: job_index (4 bits) and worker_id (6 bits) index dedup state.
+const bit<32> MAX_JOBS = 16;
+const bit<16> MAX_WORKERS = 64;
+// Push packets a worker may have in flight; seq mod DEDUP_WINDOW picks its dedup cell.
+const bit<32> DEDUP_WINDOW = 64;
+// = MAX_JOBS * MAX_WORKERS * DEDUP_WINDOW.
+const bit<32> DEDUP_SIZE = 65536;
+
+const bit<32> IPV4_LPM_SIZE = 1024;
+const bit<32> STATS_SIZE = 32;       // stats reasons 0..21 plus room to grow
+// drop_sim rate unit: rate = probability * DROP_SCALE; r is drawn from [0, DROP_SCALE - 1].
+const bit<32> DROP_SCALE = 65536;
+
+// Requests go to this UDP destination port (0x4841, "HA"); the PS listens there.
+const bit<16> HOTAGG_PORT = 18497;
+// BMv2 --cpu-port: fits 9 bits and is neither 0 nor 511 (the drop port).
+const bit<9> CPU_PORT = 255;
+
+/* ---- index layouts (bounds-safe by construction: every index is masked) ---- */
+// Two copies of each slot by iteration parity: agg index = (iteration & 1) << SLOT_BITS | slot.
+const bit<8>  SLOT_BITS = 14;        // log2(NUM_SLOTS)
+const bit<32> SLOT_MASK = 0x3fff;    // NUM_SLOTS - 1
+const bit<32> AGG_SIZE = 32768;      // 2 * NUM_SLOTS
+// Dedup cell = (job_index & 15) << 12 | (worker_id & 63) << 6 | (seq & 63) < DEDUP_SIZE.
+const bit<32> DEDUP_JOB_MASK = 15;   // MAX_JOBS - 1
+const bit<8>  DEDUP_JOB_SHIFT = 12;  // log2(MAX_WORKERS * DEDUP_WINDOW)
+const bit<32> DEDUP_WORKER_MASK = 63;   // MAX_WORKERS - 1
+const bit<8>  DEDUP_WORKER_SHIFT = 6;   // log2(DEDUP_WINDOW)
+const bit<32> DEDUP_SEQ_MASK = 63;   // DEDUP_WINDOW - 1
+
+#endif  /* HOTAGG_SIZES_P4 */

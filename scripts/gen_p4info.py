@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+"""Write p4src/hotagg.p4info.txtpb, the P4Info that p4c-bm2-ss 1.2.4.x emits for hotagg.p4.
+
+p4c is not installable on the development machines, so this script is our stand-in for
+`p4c-bm2-ss --p4runtime-files X.p4info.txtpb`. It builds the P4Info from the description
+below (the P4 objects of p4src/, in declaration order) and follows p4c's serializer
+(control-plane/p4RuntimeSerializer.cpp, p4RuntimeArchStandard.h, p4RuntimeSymbolTable.cpp):
+
+- object order: tables and actions in declaration order, direct counters in the order of
+  their tables, controller headers in declaration order; fields print in field-number order;
+- ids pinned with @id come from p4src/include/ids.p4; every other id is
+  (P4Runtime prefix << 24) | (Jenkins one-at-a-time hash of the full name & 0xffffff), names
+  taken in sorted order per object type, collisions resolved by probing the next hash value;
+- alias = the shortest dot-separated suffix unique among all P4Runtime symbol names;
+- match field, action parameter and packet metadata ids count from 1 in declaration order;
+- action refs carry "@defaultonly" plus scope DEFAULT_ONLY; the initial default action and
+  its arguments (padded big-endian bytes) are given, const_default_action_id only for a
+  const default; v1model tables say idle_timeout_behavior NO_TIMEOUT (the proto default);
+- p4c leaves an empty type_info message at the end and starts the file with the
+  proto-file/proto-message comment lines.
+
+`make check-p4info` diffs the result against p4c's own output where p4c is installed.
+
+Usage: gen_p4info.py [--check] [--output PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2
+
+REPO = Path(__file__).resolve().parent.parent
+IDS_P4 = REPO / "p4src" / "include" / "ids.p4"
+SIZES_P4 = REPO / "p4src" / "include" / "sizes.p4"
+P4INFO_PATH = REPO / "p4src" / "hotagg.p4info.txtpb"
+
+PREFIX = {
+    "action": p4info_pb2.P4Ids.ACTION,
+    "table": p4info_pb2.P4Ids.TABLE,
+    "controller_header": p4info_pb2.P4Ids.CONTROLLER_HEADER,
+    "counter": p4info_pb2.P4Ids.COUNTER,
+    "direct_counter": p4info_pb2.P4Ids.DIRECT_COUNTER,
+    "register": p4info_pb2.P4Ids.REGISTER,
+}
+HEADER = "# proto-file: p4/config/v1/p4info.proto\n# proto-message: p4.config.v1.P4Info\n\n"
+INGRESS = "HotaggIngress"
+LOOKUPS = [f"{INGRESS}.lookup{i}" for i in range(8)]
+
+
+class P4InfoError(Exception):
+    """The description, ids.p4 or sizes.p4 is inconsistent; the message says where."""
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    params: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    keys: tuple[tuple[str, int, str], ...]  # (name, bitwidth, "EXACT" | "LPM")
+    actions: tuple[tuple[str, bool], ...]  # (action name, default only)
+    default: tuple[str, tuple[int, ...]]  # initial default action and its arguments
+    size: int
+    direct_counter: str | None = None
+    direct_counter_unit: str = "BOTH"
+    const_default: bool = False
+
+
+@dataclass(frozen=True)
+class Counter:
+    name: str
+    size: int
+    unit: str = "BOTH"
+
+
+@dataclass(frozen=True)
+class Register:
+    name: str
+    bitwidth: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ControllerHeader:
+    name: str  # @controller_header("...") argument: the P4Info name
+    type_name: str  # the P4 header type: what p4c hashes for the id
+    fields: tuple[tuple[str, int], ...]
+
+
+@dataclass
+class Program:
+    tables: list[Table] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    counters: list[Counter] = field(default_factory=list)
+    registers: list[Register] = field(default_factory=list)
+    controller_headers: list[ControllerHeader] = field(default_factory=list)
+
+
+def read_sizes(path: Path = SIZES_P4) -> dict[str, int]:
+    """`const <type> NAME = <literal>;` lines of sizes.p4."""
+    pattern = re.compile(r"^const\s+[\w<>]+\s+(\w+)\s*=\s*(0x[0-9a-fA-F]+|\d+)\s*;", re.M)
+    return {name: int(value, 0) for name, value in pattern.findall(path.read_text())}
+
+
+def read_pinned_ids(path: Path = IDS_P4) -> dict[str, int]:
+    """P4Info name -> id from the `#define HOTAGG_ID_... 0x...  // name` lines of ids.p4."""
+    pattern = re.compile(r"^#define\s+HOTAGG_ID_\w+\s+(0x[0-9a-fA-F]+)\s*//\s*(\S+)\s*$", re.M)
+    pinned: dict[str, int] = {}
+    for value, name in pattern.findall(path.read_text()):
+        if name in pinned:
+            raise P4InfoError(f"{path}: {name} is pinned twice")
+        pinned[name] = int(value, 16)
+    return pinned
+
+
+def describe(sizes: dict[str, int]) -> Program:
+    """The P4Runtime-visible objects of p4src/hotagg.p4, in p4c's (declaration) order."""
+    ing = INGRESS
+    prog = Program()
+    prog.actions += [
+        Action(f"{ing}.ipv4_forward", (("dst_mac", 48), ("port", 9))),
+        Action(f"{ing}.send_to_cpu"),
+        Action(f"{ing}.drop"),
+        Action(f"{ing}.set_job", (("job_index", 8), ("slot_base", 32), ("slot_count", 32))),
+        Action(f"{ing}.unknown_job"),
+        Action(f"{ing}.set_drop_rate", (("rate", 32),)),
+    ]
+    prog.tables += [
+        Table(
+            f"{ing}.ipv4_lpm",
+            keys=(("dst_addr", 32, "LPM"),),
+            actions=(
+                (f"{ing}.ipv4_forward", False),
+                (f"{ing}.send_to_cpu", False),
+                (f"{ing}.drop", False),
+            ),
+            default=(f"{ing}.drop", ()),
+            size=sizes["IPV4_LPM_SIZE"],
+        ),
+        Table(
+            f"{ing}.jobs",
+            keys=(("job_id", 16, "EXACT"),),
+            actions=((f"{ing}.set_job", False), (f"{ing}.unknown_job", True)),
+            default=(f"{ing}.unknown_job", ()),
+            size=sizes["MAX_JOBS"],
+        ),
+        Table(
+            f"{ing}.drop_sim",
+            keys=(),
+            actions=((f"{ing}.set_drop_rate", False),),
+            default=(f"{ing}.set_drop_rate", (0,)),
+            size=1,
+        ),
+    ]
+    for lookup in LOOKUPS:
+        prog.actions += [Action(f"{lookup}.set_slot", (("offset", 32),)), Action(f"{lookup}.miss")]
+        prog.tables.append(
+            Table(
+                f"{lookup}.hot_keys",
+                keys=(("job_id", 16, "EXACT"), ("key", 64, "EXACT")),
+                actions=((f"{lookup}.set_slot", False), (f"{lookup}.miss", True)),
+                default=(f"{lookup}.miss", ()),
+                size=sizes["HOT_KEYS_SIZE"],
+                direct_counter=f"{lookup}.hits",
+            )
+        )
+    prog.counters.append(Counter(f"{ing}.stats", sizes["STATS_SIZE"]))
+    agg, slots, dedup = sizes["AGG_SIZE"], sizes["NUM_SLOTS"], sizes["DEDUP_SIZE"]
+    prog.registers += [
+        Register(f"{ing}.dedup_seq", 32, dedup),
+        Register(f"{ing}.dedup_mask", 8, dedup),
+        Register(f"{ing}.agg_value", 32, agg),
+        Register(f"{ing}.agg_iter", 32, agg),
+        Register(f"{ing}.agg_key", 64, agg),
+        Register(f"{ing}.cache_value", 32, slots),
+        Register(f"{ing}.cache_iter", 32, slots),
+        Register(f"{ing}.cache_key", 64, slots),
+    ]
+    prog.controller_headers += [
+        ControllerHeader("packet_in", "packet_in_header_t", (("ingress_port", 9), ("_pad", 7))),
+        ControllerHeader("packet_out", "packet_out_header_t", (("egress_port", 9), ("_pad", 7))),
+    ]
+    return prog
+
+
+def jenkins_one_at_a_time(name: str) -> int:
+    """The 32-bit hash p4c uses for unpinned ids (p4RuntimeSymbolTable.cpp)."""
+    h = 0
+    for byte in name.encode():
+        h = (h + byte) & 0xFFFFFFFF
+        h = (h + (h << 10)) & 0xFFFFFFFF
+        h ^= h >> 6
+    h = (h + (h << 3)) & 0xFFFFFFFF
+    h ^= h >> 11
+    return (h + (h << 15)) & 0xFFFFFFFF
+
+
+def symbols(prog: Program) -> dict[str, list[str]]:
+    """Symbol names per object type; controller headers are known by their type name."""
+    return {
+        "action": [a.name for a in prog.actions],
+        "table": [t.name for t in prog.tables],
+        "controller_header": [h.type_name for h in prog.controller_headers],
+        "counter": [c.name for c in prog.counters],
+        "direct_counter": [t.direct_counter for t in prog.tables if t.direct_counter],
+        "register": [r.name for r in prog.registers],
+    }
+
+
+def assign_ids(prog: Program, pinned: dict[str, int]) -> dict[tuple[str, str], int]:
+    """(type, name) -> id: pinned ids first, then hashed ids in sorted name order."""
+    ids: dict[tuple[str, str], int] = {}
+    taken: set[int] = set()
+    by_type = symbols(prog)
+    known = {name for names in by_type.values() for name in names}
+    for name in pinned:
+        if name not in known:
+            raise P4InfoError(f"ids.p4 pins {name}, which the program does not declare")
+    for kind, names in by_type.items():
+        for name in names:
+            if name in pinned:
+                if pinned[name] >> 24 != PREFIX[kind]:
+                    raise P4InfoError(f"ids.p4: {name} has the wrong prefix for a {kind}")
+                if pinned[name] in taken:
+                    raise P4InfoError(f"ids.p4: id {pinned[name]:#x} is used twice")
+                ids[kind, name] = pinned[name]
+                taken.add(pinned[name])
+    for kind, names in by_type.items():
+        for name in sorted(n for n in names if n not in pinned):
+            value = jenkins_one_at_a_time(name)
+            while (PREFIX[kind] << 24) | (value & 0xFFFFFF) in taken:
+                value = (value + 1) & 0xFFFFFFFF
+            ids[kind, name] = (PREFIX[kind] << 24) | (value & 0xFFFFFF)
+            taken.add(ids[kind, name])
+    return ids
+
+
+def aliases(names: list[str]) -> dict[str, str]:
+    """Shortest unique dot-separated suffix of each name among all of them."""
+    counts: dict[tuple[str, ...], int] = {}
+    unique = set(names)
+    for name in unique:
+        parts = tuple(name.split("."))
+        for i in range(len(parts)):
+            counts[parts[i:]] = counts.get(parts[i:], 0) + 1
+    result = {}
+    for name in unique:
+        parts = tuple(name.split("."))
+        n = 1
+        while n < len(parts) and counts[parts[-n:]] > 1:
+            n += 1
+        result[name] = ".".join(parts[-n:])
+    return result
+
+
+def _preamble(msg: p4info_pb2.Preamble, obj_id: int, name: str, alias: str) -> None:
+    msg.id = obj_id
+    msg.name = name
+    msg.alias = alias
+
+
+def build(prog: Program, pinned: dict[str, int]) -> p4info_pb2.P4Info:
+    """The P4Info message p4c would produce for `prog`."""
+    ids = assign_ids(prog, pinned)
+    alias = aliases([n for names in symbols(prog).values() for n in names])
+    actions = {a.name: a for a in prog.actions}
+    info = p4info_pb2.P4Info()
+    info.pkg_info.arch = "v1model"
+    for t in prog.tables:
+        msg = info.tables.add()
+        _preamble(msg.preamble, ids["table", t.name], t.name, alias[t.name])
+        for i, (key, width, kind) in enumerate(t.keys, start=1):
+            mf = msg.match_fields.add(id=i, name=key, bitwidth=width)
+            mf.match_type = p4info_pb2.MatchField.MatchType.Value(kind)
+        for name, default_only in t.actions:
+            ref = msg.action_refs.add(id=ids["action", name])
+            if default_only:
+                ref.annotations.append("@defaultonly")
+                ref.scope = p4info_pb2.ActionRef.DEFAULT_ONLY
+        default_name, args = t.default
+        default_id = ids["action", default_name]
+        if t.const_default:
+            msg.const_default_action_id = default_id
+        msg.initial_default_action.action_id = default_id
+        params = actions[default_name].params
+        if len(args) != len(params):
+            raise P4InfoError(f"{t.name}: default {default_name} needs {len(params)} arguments")
+        for i, (value, (_, width)) in enumerate(zip(args, params), start=1):
+            arg = msg.initial_default_action.arguments.add(param_id=i)
+            arg.value = value.to_bytes((width + 7) // 8, "big")
+        if t.direct_counter:
+            msg.direct_resource_ids.append(ids["direct_counter", t.direct_counter])
+        msg.size = t.size
+    for a in prog.actions:
+        msg = info.actions.add()
+        _preamble(msg.preamble, ids["action", a.name], a.name, alias[a.name])
+        for i, (param, width) in enumerate(a.params, start=1):
+            msg.params.add(id=i, name=param, bitwidth=width)
+    for c in prog.counters:
+        msg = info.counters.add(size=c.size)
+        _preamble(msg.preamble, ids["counter", c.name], c.name, alias[c.name])
+        msg.spec.unit = p4info_pb2.CounterSpec.Unit.Value(c.unit)
+    for t in prog.tables:
+        if t.direct_counter:
+            msg = info.direct_counters.add(direct_table_id=ids["table", t.name])
+            name = t.direct_counter
+            _preamble(msg.preamble, ids["direct_counter", name], name, alias[name])
+            msg.spec.unit = p4info_pb2.CounterSpec.Unit.Value(t.direct_counter_unit)
+    for h in prog.controller_headers:
+        msg = info.controller_packet_metadata.add()
+        _preamble(msg.preamble, ids["controller_header", h.type_name], h.name, h.name)
+        msg.preamble.annotations.append(f'@controller_header("{h.name}")')
+        for i, (name, width) in enumerate(h.fields, start=1):
+            msg.metadata.add(id=i, name=name, bitwidth=width)
+    for r in prog.registers:
+        msg = info.registers.add(size=r.size)
+        _preamble(msg.preamble, ids["register", r.name], r.name, alias[r.name])
+        msg.type_spec.bitstring.bit.bitwidth = r.bitwidth
+    info.type_info.SetInParent()  # p4c always leaves an empty type_info
+    return info
+
+
+def render() -> str:
+    """The text of p4src/hotagg.p4info.txtpb."""
+    info = build(describe(read_sizes()), read_pinned_ids())
+    return HEADER + text_format.MessageToString(info)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", type=Path, default=P4INFO_PATH, help="file to write")
+    parser.add_argument(
+        "--check", action="store_true", help="only compare with --output; exit 1 if it differs"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        text = render()
+    except P4InfoError as exc:
+        print(f"gen_p4info: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        current = args.output.read_text() if args.output.exists() else ""
+        if current != text:
+            print(f"gen_p4info: {args.output} is out of date; run {sys.argv[0]}", file=sys.stderr)
+            return 1
+        return 0
+    args.output.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
