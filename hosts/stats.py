@@ -1,0 +1,145 @@
+"""Files the agents write: request logs, the key frequency file, parameters and summaries.
+
+Frequency file (one per PS shard, written at the end of a run), e.g.::
+
+    # hotagg-freq v1 job=1 shard=0/2 workers=4 iterations=20 keys=3 updates=146 cold=141 collected=5
+    key,updates,cold,collected
+    7,80,80,0
+    42,65,60,5
+    9,1,1,0
+
+- The first line is a comment with the run's totals: `keys` = rows below, `updates` = sum of
+  the `updates` column, `cold`/`collected` likewise.
+- `cold` = entries the PS received in PUSH packets for this key (one per worker and iteration
+  that pushed it without the switch aggregating it); `collected` = iterations whose switch
+  aggregate for the key the PS collected (one per iteration, however many workers it summed);
+  `updates` = cold + collected, i.e. the times the PS applied something to the key.
+- Only keys with updates > 0 appear; rows are sorted by updates descending, then key ascending,
+  so the first N rows are the N hottest keys of the shard. Shards hold disjoint keys.
+
+Parameters are saved as a 1-D little-endian int64 `.npy` over the whole key space (fixed point,
+real = value / 65536); a shard leaves the keys of other shards at 0, so the element-wise sum of
+all shards' files is the full model. `params_sha256` hashes exactly those bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FREQ_MAGIC = "# hotagg-freq v1"
+FREQ_COLUMNS = ("key", "updates", "cold", "collected")
+
+
+class CsvLog:
+    """Append-only CSV with a header row; a no-op when `path` is None (logging disabled)."""
+
+    def __init__(self, path: str | Path | None, columns: Sequence[str]) -> None:
+        self._file: io.TextIOBase | None = None
+        self._writer: Any = None
+        if path is not None:
+            self._file = open(path, "w", newline="", buffering=1 << 16)  # noqa: SIM115
+            self._writer = csv.writer(self._file)
+            self._writer.writerow(columns)
+
+    @property
+    def enabled(self) -> bool:
+        return self._writer is not None
+
+    def write(self, row: Iterable[Any]) -> None:
+        if self._writer is not None:
+            self._writer.writerow(row)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            self._writer = None
+
+
+@dataclass
+class Frequency:
+    meta: dict[str, str]
+    keys: np.ndarray
+    updates: np.ndarray
+    cold: np.ndarray
+    collected: np.ndarray
+
+
+def write_frequency(
+    path: str | Path, cold: np.ndarray, collected: np.ndarray, meta: dict[str, Any]
+) -> None:
+    """Write the frequency file from per-key counters indexed by key (see the module doc)."""
+    updates = cold + collected
+    keys = np.flatnonzero(updates)
+    order = np.lexsort((keys, -updates[keys]))  # updates desc, then key asc
+    keys = keys[order]
+    totals = {
+        "keys": len(keys),
+        "updates": int(updates.sum()),
+        "cold": int(cold.sum()),
+        "collected": int(collected.sum()),
+    }
+    head = " ".join(f"{k}={v}" for k, v in {**meta, **totals}.items())
+    with open(path, "w") as f:
+        f.write(f"{FREQ_MAGIC} {head}\n{','.join(FREQ_COLUMNS)}\n")
+        table = np.stack([keys, updates[keys], cold[keys], collected[keys]], axis=1)
+        np.savetxt(f, table, fmt="%d", delimiter=",")
+
+
+def read_frequency(path: str | Path) -> Frequency:
+    with open(path) as f:
+        first = f.readline()
+        if not first.startswith(FREQ_MAGIC):
+            raise ValueError(f"{path}: not a hotagg frequency file (first line {first!r})")
+        meta = dict(item.split("=", 1) for item in first[len(FREQ_MAGIC) :].split())
+        if f.readline().strip() != ",".join(FREQ_COLUMNS):
+            raise ValueError(f"{path}: expected the header {','.join(FREQ_COLUMNS)}")
+        rows = f.read()
+    table = np.zeros((0, 4), np.int64)
+    if rows.strip():
+        table = np.loadtxt(io.StringIO(rows), dtype=np.int64, delimiter=",", ndmin=2)
+    return Frequency(meta, table[:, 0], table[:, 1], table[:, 2], table[:, 3])
+
+
+def top_keys(paths: Sequence[str | Path], n: int) -> list[int]:
+    """The n most updated keys over several shards' frequency files (ties: lower key first)."""
+    tables = [read_frequency(p) for p in paths]
+    keys = np.concatenate([t.keys for t in tables])
+    updates = np.concatenate([t.updates for t in tables])
+    order = np.lexsort((keys, -updates))
+    return [int(k) for k in keys[order[:n]]]
+
+
+def params_sha256(params: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(params, dtype="<i8").tobytes()).hexdigest()
+
+
+def save_params(path: str | Path, params: np.ndarray) -> str:
+    """Save the parameters (.npy, little-endian int64) and return their sha256."""
+    arr = np.ascontiguousarray(params, dtype="<i8")
+    with open(path, "wb") as f:
+        np.save(f, arr)
+    return params_sha256(arr)
+
+
+def load_params(paths: Sequence[str | Path]) -> np.ndarray:
+    """Load one or more shards' parameter files and combine them (element-wise sum)."""
+    arrays = [np.load(p) for p in paths]
+    if len({a.shape for a in arrays}) != 1:
+        raise ValueError("parameter files have different key spaces")
+    return np.sum(arrays, axis=0, dtype=np.int64)
+
+
+def write_json(path: str | Path, data: dict[str, Any]) -> None:
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")

@@ -1,0 +1,353 @@
+"""Seeded workloads for the agents, and the direct numpy computation they are checked against.
+
+Interface (one object serves all workers; everything is a pure function of the seed, the
+worker, the iteration and the pulled parameters, so runs are reproducible and call order does
+not matter):
+
+- `pull_keys(worker, t)` -> sorted unique uint64 keys the worker pulls for iteration t;
+- `step(worker, t, keys, pulled)` -> `Step(keys, values, loss)`: the entries to push for t,
+  computed from `pulled` (int32 fixed-point values aligned with `keys`). The PS applies
+  `params[key] -= value`, so a gradient-descent step pushes `lr * gradient` in fixed point.
+
+Trace CSV format (`TraceWorkload`): one row per access, `iteration,worker,key[,value]`.
+`iteration` counts from 1, `worker` from 0, `key` is an integer < key space, `value` is a real
+number (the contribution, converted to fixed point with hosts.protocol.to_fixed). Without a
+value column (or with an empty value) the value is drawn from the seeded stream of that
+(worker, iteration), in row order. A first row whose first field is not a number is a header;
+blank lines and lines starting with '#' are skipped. Rows of one (worker, iteration) that
+repeat a key are summed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from hosts.codec import saturate_int32
+from hosts.protocol import INT32_MAX, INT32_MIN, VALUE_SCALE, to_fixed
+
+# Stream ids keep the seeded generators of different purposes independent.
+_KEYS, _VALUES, _TRUTH, _EXAMPLES, _MAPPING = 1, 2, 3, 4, 5
+
+
+class WorkloadError(ValueError):
+    """Bad workload parameters or a bad trace file."""
+
+
+class Step(NamedTuple):
+    keys: np.ndarray  # uint64, unique
+    values: np.ndarray  # int32 contributions: the PS does params[key] -= value
+    loss: float | None = None
+
+
+def _rng(seed: int, stream: int, *more: int) -> np.random.Generator:
+    return np.random.default_rng([seed, stream, *more])
+
+
+def _zipf_cdf(n: int, skew: float) -> np.ndarray:
+    if n <= 0:
+        raise WorkloadError(f"key space must be > 0, got {n}")
+    if skew < 0:
+        raise WorkloadError(f"skew must be >= 0, got {skew}")
+    weights = np.arange(1, n + 1, dtype=np.float64) ** -skew
+    cdf = np.cumsum(weights)
+    return cdf / cdf[-1]
+
+
+def _fixed(real: np.ndarray) -> np.ndarray:
+    """Real contributions -> int32 fixed point (round half to even, clamped)."""
+    return np.clip(np.rint(real * VALUE_SCALE), INT32_MIN, INT32_MAX).astype(np.int32)
+
+
+class Workload(ABC):
+    key_space: int
+
+    @abstractmethod
+    def pull_keys(self, worker: int, iteration: int) -> np.ndarray: ...
+
+    @abstractmethod
+    def step(self, worker: int, iteration: int, keys: np.ndarray, pulled: np.ndarray) -> Step: ...
+
+    @abstractmethod
+    def describe(self) -> dict: ...
+
+
+class ZipfWorkload(Workload):
+    """Each worker draws `keys_per_iter` keys per iteration from Zipf(skew) over the key space
+    (duplicates merged) and pushes a uniform random value in +-value_range for each. Rank r is
+    mapped to key (a*r + b) mod key_space, a seeded bijection, so hot keys spread over shards."""
+
+    def __init__(
+        self,
+        key_space: int,
+        skew: float = 1.1,
+        keys_per_iter: int = 64,
+        seed: int = 1,
+        value_range: float = 0.01,
+    ) -> None:
+        if keys_per_iter <= 0:
+            raise WorkloadError(f"keys per iteration must be > 0, got {keys_per_iter}")
+        self.key_space, self.skew, self.keys_per_iter = key_space, skew, keys_per_iter
+        self.seed, self.value_range = seed, value_range
+        self.vmax = to_fixed(value_range)
+        self._cdf = _zipf_cdf(key_space, skew)
+        rng = _rng(seed, _MAPPING)
+        self._a = 1
+        while key_space > 1:
+            self._a = int(rng.integers(1, key_space))
+            if math.gcd(self._a, key_space) == 1:
+                break
+        self._b = int(rng.integers(0, key_space))
+
+    def rank_to_key(self, ranks: np.ndarray) -> np.ndarray:
+        ranks = np.asarray(ranks, dtype=np.uint64)
+        return (ranks * np.uint64(self._a) + np.uint64(self._b)) % np.uint64(self.key_space)
+
+    def hottest(self, n: int) -> np.ndarray:
+        """The n most likely keys, hottest first (what a frequency-based controller finds)."""
+        return self.rank_to_key(np.arange(min(n, self.key_space)))
+
+    def pull_keys(self, worker: int, iteration: int) -> np.ndarray:
+        u = _rng(self.seed, _KEYS, worker, iteration).random(self.keys_per_iter)
+        ranks = np.minimum(np.searchsorted(self._cdf, u, side="right"), self.key_space - 1)
+        return np.unique(self.rank_to_key(ranks))
+
+    def step(self, worker: int, iteration: int, keys: np.ndarray, pulled: np.ndarray) -> Step:
+        rng = _rng(self.seed, _VALUES, worker, iteration)
+        values = rng.integers(-self.vmax, self.vmax, size=len(keys), endpoint=True)
+        return Step(keys, values.astype(np.int32))
+
+    def describe(self) -> dict:
+        return {
+            "workload": "zipf",
+            "keys": self.key_space,
+            "skew": self.skew,
+            "keys_per_iter": self.keys_per_iter,
+            "seed": self.seed,
+            "value_range": self.value_range,
+        }
+
+
+class TraceWorkload(Workload):
+    """Replays a CSV trace (format in the module doc)."""
+
+    def __init__(
+        self,
+        rows: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]],
+        key_space: int,
+        seed: int = 1,
+        source: str = "",
+    ) -> None:
+        self._rows, self.key_space, self.seed, self.source = rows, key_space, seed, source
+        self.iterations = max((t for _, t in rows), default=0)
+        self.workers = max((w + 1 for w, _ in rows), default=0)
+
+    @classmethod
+    def from_csv(
+        cls,
+        path: str | Path,
+        key_space: int | None = None,
+        seed: int = 1,
+        value_range: float = 0.01,
+    ) -> TraceWorkload:
+        vmax = to_fixed(value_range)
+        groups: dict[tuple[int, int], list[tuple[int, float | None]]] = defaultdict(list)
+        try:
+            with open(path, newline="") as f:
+                for lineno, row in enumerate(csv.reader(f), 1):
+                    if not row or not row[0].strip() or row[0].lstrip().startswith("#"):
+                        continue
+                    if lineno == 1 and not row[0].strip().isdigit():
+                        continue  # header
+                    if len(row) not in (3, 4):
+                        raise WorkloadError(
+                            f"{path}:{lineno}: expected iteration,worker,key[,value]"
+                        )
+                    try:
+                        t, w, k = int(row[0]), int(row[1]), int(row[2])
+                        v = float(row[3]) if len(row) == 4 and row[3].strip() else None
+                    except ValueError as exc:
+                        raise WorkloadError(f"{path}:{lineno}: {exc}") from None
+                    if t < 1 or w < 0 or k < 0 or (key_space is not None and k >= key_space):
+                        raise WorkloadError(
+                            f"{path}:{lineno}: iteration >= 1, worker >= 0, "
+                            f"0 <= key < key space ({key_space}) required"
+                        )
+                    groups[(w, t)].append((k, v))
+        except OSError as exc:
+            raise WorkloadError(f"cannot read trace {path}: {exc.strerror}") from None
+        space = key_space or 1 + max((k for g in groups.values() for k, _ in g), default=0)
+        rows = {}
+        for (w, t), items in groups.items():
+            draws = _rng(seed, _VALUES, w, t).integers(-vmax, vmax, size=len(items), endpoint=True)
+            sums: dict[int, int] = defaultdict(int)
+            for (k, v), d in zip(items, draws):
+                sums[k] += int(d) if v is None else to_fixed(v)
+            keys = np.array(sorted(sums), dtype=np.uint64)
+            vals = np.array([sums[int(k)] for k in keys], dtype=np.int64)
+            if vals.size and (vals.min() < INT32_MIN or vals.max() > INT32_MAX):
+                raise WorkloadError(
+                    f"{path}: summed values of worker {w} iteration {t} overflow int32"
+                )
+            rows[(w, t)] = (keys, vals.astype(np.int32))
+        return cls(rows, space, seed, str(path))
+
+    def pull_keys(self, worker: int, iteration: int) -> np.ndarray:
+        return self._rows.get((worker, iteration), (np.zeros(0, np.uint64),))[0]
+
+    def step(self, worker: int, iteration: int, keys: np.ndarray, pulled: np.ndarray) -> Step:
+        k, v = self._rows.get((worker, iteration), (np.zeros(0, np.uint64), np.zeros(0, np.int32)))
+        return Step(k, v)
+
+    def describe(self) -> dict:
+        return {
+            "workload": "trace",
+            "trace": self.source,
+            "keys": self.key_space,
+            "seed": self.seed,
+            "iterations": self.iterations,
+            "workers": self.workers,
+        }
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer: a fixed, well-spread hash for feature ids (uint64 wraps on purpose)."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+class LogisticWorkload(Workload):
+    """Logistic regression on a generated click log with hashed feature ids.
+
+    Each example has `fields` categorical features (value ranks drawn from Zipf(skew) over
+    `cardinality`) plus a bias feature; feature (f, v) has key mix64(seed, f, v) mod key_space.
+    Labels come from a hidden true model. Each worker takes a minibatch of `batch` examples per
+    iteration from its own stream, pulls the keys in it, and pushes lr * gradient, computed from
+    the pulled (fixed-point) weights; `loss` is the minibatch log loss before the update.
+    """
+
+    def __init__(
+        self,
+        key_space: int = 1 << 16,
+        fields: int = 8,
+        cardinality: int = 1000,
+        skew: float = 1.1,
+        batch: int = 64,
+        lr: float = 0.5,
+        seed: int = 1,
+    ) -> None:
+        if min(fields, cardinality, batch) <= 0 or lr <= 0:
+            raise WorkloadError("fields, cardinality, batch and lr must be > 0")
+        if fields >= 1 << 16 or cardinality >= 1 << 24:
+            raise WorkloadError("fields must be < 65536 and cardinality < 2^24")
+        self.key_space, self.fields, self.cardinality = key_space, fields, cardinality
+        self.skew, self.batch, self.lr, self.seed = skew, batch, lr, seed
+        self._cdf = _zipf_cdf(cardinality, skew)
+        self._truth = _rng(seed, _TRUTH).normal(0.0, 1.0, size=(fields, cardinality))
+        f = np.arange(fields + 1, dtype=np.uint64)[:, None]
+        v = np.arange(cardinality, dtype=np.uint64)[None, :]
+        ids = (np.uint64(seed & 0xFFFFFFFF) << np.uint64(40)) | (f << np.uint64(24)) | v
+        self._feature_key = _mix64(ids) % np.uint64(key_space)  # (fields + 1, cardinality)
+        self._cache: tuple[tuple[int, int], np.ndarray, np.ndarray] | None = None
+
+    def _examples(self, worker: int, iteration: int) -> tuple[np.ndarray, np.ndarray]:
+        cached = self._cache  # one read: worker threads may share this object
+        if cached is not None and cached[0] == (worker, iteration):
+            return cached[1], cached[2]
+        rng = _rng(self.seed, _EXAMPLES, worker, iteration)
+        ranks = np.searchsorted(self._cdf, rng.random((self.batch, self.fields)), side="right")
+        ranks = np.minimum(ranks, self.cardinality - 1)
+        logit = self._truth[np.arange(self.fields), ranks].sum(axis=1) - 1.0
+        labels = (rng.random(self.batch) < 1.0 / (1.0 + np.exp(-logit))).astype(np.float64)
+        keys = np.empty((self.batch, self.fields + 1), dtype=np.uint64)
+        keys[:, : self.fields] = self._feature_key[np.arange(self.fields), ranks]
+        keys[:, self.fields] = self._feature_key[self.fields, 0]  # bias
+        self._cache = ((worker, iteration), keys, labels)
+        return keys, labels
+
+    def pull_keys(self, worker: int, iteration: int) -> np.ndarray:
+        return np.unique(self._examples(worker, iteration)[0])
+
+    def step(self, worker: int, iteration: int, keys: np.ndarray, pulled: np.ndarray) -> Step:
+        feats, labels = self._examples(worker, iteration)
+        uniq, inv = np.unique(feats.ravel(), return_inverse=True)
+        if not np.array_equal(uniq, keys):
+            raise WorkloadError("step() needs the keys pull_keys() returned, in that order")
+        inv = inv.reshape(feats.shape)
+        z = (np.asarray(pulled, dtype=np.float64) / VALUE_SCALE)[inv].sum(axis=1)
+        p = 1.0 / (1.0 + np.exp(-z))
+        loss = float(np.mean(np.logaddexp(0.0, z) - labels * z))
+        g_example = np.repeat((p - labels) / self.batch, feats.shape[1])
+        grad = np.bincount(inv.ravel(), weights=g_example, minlength=len(uniq))
+        return Step(uniq, _fixed(self.lr * grad), loss)
+
+    def describe(self) -> dict:
+        return {
+            "workload": "lr",
+            "keys": self.key_space,
+            "fields": self.fields,
+            "cardinality": self.cardinality,
+            "skew": self.skew,
+            "batch": self.batch,
+            "lr": self.lr,
+            "seed": self.seed,
+        }
+
+
+class Reference(NamedTuple):
+    params: np.ndarray  # int64 over the key space
+    losses: list[list[float | None]]  # [iteration - 1][worker]
+
+
+def reference_run(workload: Workload, n_workers: int, iterations: int) -> Reference:
+    """The same BSP training computed directly with numpy: what the PS must end with."""
+    params = np.zeros(workload.key_space, dtype=np.int64)
+    losses = []
+    for t in range(1, iterations + 1):
+        delta = np.zeros_like(params)
+        row = []
+        for w in range(n_workers):
+            keys = workload.pull_keys(w, t)
+            pulled = saturate_int32(params[keys.astype(np.intp)])
+            step = workload.step(w, t, keys, pulled)
+            np.add.at(delta, step.keys.astype(np.intp), step.values.astype(np.int64))
+            row.append(step.loss)
+        params -= delta
+        losses.append(row)
+    return Reference(params, losses)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("workload")
+    g.add_argument("--workload", choices=("zipf", "trace", "lr"), default="zipf")
+    g.add_argument("--keys", type=int, default=100_000, help="key space (parameters)")
+    g.add_argument("--seed", type=int, default=1)
+    g.add_argument("--skew", type=float, default=1.1, help="Zipf exponent (zipf, lr)")
+    g.add_argument("--keys-per-iter", type=int, default=64, help="zipf: draws per worker/iter")
+    g.add_argument("--value-range", type=float, default=0.01, help="zipf/trace: max |value|")
+    g.add_argument("--trace", help="trace: CSV iteration,worker,key[,value]")
+    g.add_argument("--fields", type=int, default=8, help="lr: features per example")
+    g.add_argument("--cardinality", type=int, default=1000, help="lr: values per feature")
+    g.add_argument("--batch", type=int, default=64, help="lr: examples per worker/iter")
+    g.add_argument("--lr", type=float, default=0.5, help="lr: learning rate")
+
+
+def from_args(args: argparse.Namespace) -> Workload:
+    if args.workload == "zipf":
+        return ZipfWorkload(args.keys, args.skew, args.keys_per_iter, args.seed, args.value_range)
+    if args.workload == "trace":
+        if not args.trace:
+            raise WorkloadError("--workload trace needs --trace FILE")
+        return TraceWorkload.from_csv(args.trace, args.keys, args.seed, args.value_range)
+    return LogisticWorkload(
+        args.keys, args.fields, args.cardinality, args.skew, args.batch, args.lr, args.seed
+    )

@@ -1,0 +1,479 @@
+"""Worker and PS agents on 127.0.0.1: exact against numpy, under loss, with a switch model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hosts.agent import AgentError, DeadlineExceeded
+from hosts.codec import HEADER, encode
+from hosts.protocol import Op, Stat
+from hosts.ps import ParameterServer, PSConfig
+from hosts.stats import load_params, params_sha256, read_frequency
+from hosts.worker import Worker, WorkerConfig
+from hosts.workloads import LogisticWorkload, TraceWorkload, ZipfWorkload, reference_run
+from tests.agent_fakes import FakeSwitch, PipelineSwitch, Relay
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = 7
+HOT_SLOTS = 64
+
+
+def _thread(fn, out: dict, name) -> threading.Thread:
+    def body():
+        try:
+            out[name] = fn()
+        except BaseException as exc:  # surfaced by the caller
+            out[name] = exc
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    return t
+
+
+def run_job(
+    workload,
+    n_workers,
+    iterations,
+    tmp_path,
+    *,
+    shards=1,
+    relay=None,
+    collect=False,
+    rto=0.02,
+    group_hot=True,
+):
+    """PS shard threads + worker threads, optionally through a Relay; returns
+    (combined params, PS summaries, worker results, PS objects)."""
+    out: dict = {}
+    servers = []
+    for s in range(shards):
+        cfg = PSConfig(
+            job_id=JOB,
+            n_workers=n_workers,
+            key_space=workload.key_space,
+            iterations=iterations,
+            bind=("127.0.0.1", 0),
+            shard=s,
+            n_shards=shards,
+            rto=rto,
+            linger=0.3,
+            deadline=25,
+            log_path=str(tmp_path / f"ps{s}.csv"),
+            freq_path=str(tmp_path / f"freq{s}.csv"),
+            params_path=str(tmp_path / f"p{s}.npy"),
+        )
+        servers.append(ParameterServer(cfg))
+    ps_addrs = [ps.address for ps in servers]
+    if relay is not None:
+        relay = relay(ps_addrs)
+        relay.start()
+        ps_addrs = relay.addrs
+        for ps in servers:
+            ps.cfg.collect, ps.cfg.switch, ps.cfg.hot_slots = collect, relay.addrs[0], HOT_SLOTS
+    threads = [_thread(ps.run, out, f"ps{i}") for i, ps in enumerate(servers)]
+    workers = [
+        Worker(
+            WorkerConfig(
+                JOB,
+                w,
+                ps_addrs,
+                iterations,
+                rto=rto,
+                rto_max=0.1,
+                deadline=25,
+                group_hot=group_hot,
+                log_path=str(tmp_path / f"w{w}.csv"),
+            ),
+            workload,
+        )
+        for w in range(n_workers)
+    ]
+    threads += [_thread(w.run, out, f"w{i}") for i, w in enumerate(workers)]
+    try:
+        for t in threads:
+            t.join(30)
+    finally:
+        if relay is not None:
+            relay.stop()
+        for agent in [*servers, *workers]:
+            agent.close()
+    for name, value in out.items():
+        if isinstance(value, BaseException):
+            raise AssertionError(f"{name} failed") from value
+    assert len(out) == len(threads), "an agent did not finish"
+    params = load_params([tmp_path / f"p{s}.npy" for s in range(shards)])
+    summaries = [out[f"ps{s}"] for s in range(shards)]
+    return params, summaries, [out[f"w{w}"] for w in range(n_workers)], relay
+
+
+def zipf() -> ZipfWorkload:
+    return ZipfWorkload(key_space=2000, skew=1.2, keys_per_iter=40, seed=11)
+
+
+def check_exact(workload, n_workers, iterations, params, summaries) -> None:
+    ref = reference_run(workload, n_workers, iterations)
+    assert np.count_nonzero(ref.params) > 0
+    assert np.array_equal(params, ref.params)
+    assert params_sha256(params) == params_sha256(ref.params)
+    assert all(s["finished"] and s["iterations_done"] == iterations for s in summaries)
+
+
+@pytest.mark.parametrize("kind", ["zipf", "lr", "trace"])
+def test_server_only_equals_numpy(kind, tmp_path) -> None:
+    if kind == "zipf":
+        wl = zipf()
+    elif kind == "lr":
+        wl = LogisticWorkload(key_space=4096, batch=32, seed=5)
+    else:
+        trace = tmp_path / "trace.csv"
+        rows = ["iteration,worker,key,value"] + [
+            f"{t},{w},{(t * 7 + w * 3 + j) % 50},{0.25 * (j - 2)}" if j % 2 else f"{t},{w},{j}"
+            for t in range(1, 5)
+            for w in range(3)
+            for j in range(6)
+        ]
+        trace.write_text("\n".join(rows) + "\n")
+        wl = TraceWorkload.from_csv(trace, key_space=64, seed=2)
+    params, summaries, results, _ = run_job(wl, 3, 4, tmp_path)
+    check_exact(wl, 3, 4, params, summaries)
+    # The frequency file counts exactly the entries each key received.
+    expected = np.zeros(wl.key_space, np.int64)
+    for t in range(1, 5):
+        for w in range(3):
+            expected[wl.pull_keys(w, t).astype(np.intp)] += 1
+    freq = read_frequency(tmp_path / "freq0.csv")
+    assert np.array_equal(
+        freq.keys, np.lexsort((np.arange(wl.key_space), -expected))[: len(freq.keys)]
+    )
+    assert np.array_equal(freq.updates, expected[freq.keys]) and freq.collected.sum() == 0
+    assert int(freq.meta["updates"]) == expected.sum() and freq.meta["iterations"] == "4"
+    # Every request is logged by both sides.
+    ps_log = (tmp_path / "ps0.csv").read_text().splitlines()
+    pushes = sum(r.counters["push_sent"] for r in results)
+    assert sum(",PUSH," in line and ",accepted," in line for line in ps_log) == pushes
+    assert sum(",DONE," in line for line in ps_log) == 3 * 4
+    w_log = (tmp_path / "w0.csv").read_text().splitlines()
+    assert (
+        w_log[0].startswith("kind,iteration,seq")
+        and sum(x.startswith("iteration,") for x in w_log) == 4
+    )
+
+
+def test_sharded_logistic_regression_same_loss_curve(tmp_path) -> None:
+    wl = LogisticWorkload(key_space=3000, batch=48, lr=1.0, seed=9)
+    params, summaries, results, _ = run_job(wl, 2, 6, tmp_path, shards=3)
+    check_exact(wl, 2, 6, params, summaries)
+    ref = reference_run(wl, 2, 6)
+    assert [r.losses for r in results] == [[row[w] for row in ref.losses] for w in range(2)]
+    assert np.mean(ref.losses[-1]) < np.mean(ref.losses[0])  # it does learn
+    for s in range(3):  # each shard holds only its own keys
+        own = np.load(tmp_path / f"p{s}.npy")
+        assert not np.any(own[np.arange(wl.key_space) % 3 != s])
+
+
+def test_lossy_duplicating_reordering_relay_is_still_exact(tmp_path) -> None:
+    wl = zipf()
+    relay = lambda ups: Relay(ups, drop=0.1, dup=0.15, delay=0.004, seed=4)  # noqa: E731
+    params, summaries, results, r = run_job(wl, 3, 5, tmp_path, shards=2, relay=relay)
+    check_exact(wl, 3, 5, params, summaries)
+    assert r.counters["dropped"] > 20 and r.counters["duplicated"] > 20
+    assert sum(s["counters"].get("dup", 0) for s in summaries) > 0  # duplicates re-acked
+    assert sum(res.counters.get("push_retransmits", 0) for res in results) > 0
+
+
+def _switch(wl: ZipfWorkload, n: int, shift: int = 0) -> dict[int, int]:
+    return {int(k): (i + shift) % HOT_SLOTS for i, k in enumerate(wl.hottest(n))}
+
+
+def make_switch(target: str, job: tuple[int, int, int], hot: dict[int, int]):
+    """`model`: tests/agent_fakes.FakeSwitch; `embedded`: the softswitch pipeline itself."""
+    return FakeSwitch({JOB: job}, hot) if target == "model" else PipelineSwitch(JOB, job, hot)
+
+
+TARGETS = pytest.mark.parametrize("target", ["model", "embedded"])
+
+
+@TARGETS
+@pytest.mark.parametrize("kind", ["zipf", "lr"])
+def test_switch_offload_is_exact_and_used(target, kind, tmp_path) -> None:
+    if kind == "zipf":
+        wl, hot = zipf(), _switch(zipf(), 40)
+    else:  # the hottest features of the click log, as a frequency-based controller picks them
+        wl = LogisticWorkload(key_space=4096, batch=32, fields=4, cardinality=200, seed=5)
+        keys, counts = np.unique(
+            np.concatenate([wl.pull_keys(w, 1) for w in range(3)]), return_counts=True
+        )
+        hot = {int(k): i for i, k in enumerate(keys[np.argsort(-counts, kind="stable")][:48])}
+    sw = make_switch(target, (3, 100, HOT_SLOTS), hot)
+    relay = lambda ups: Relay(ups, switch=sw)  # noqa: E731
+    params, summaries, results, _ = run_job(wl, 3, 6, tmp_path, relay=relay, collect=True)
+    check_exact(wl, 3, 6, params, summaries)
+    ref = reference_run(wl, 3, 6)  # pulls served by the switch cache give the same losses
+    assert [r.losses for r in results] == [[row[w] for row in ref.losses] for w in range(3)]
+    c = summaries[0]["counters"]
+    assert sw.stats[Stat.HOT_APPLIED] > 0 and sw.stats[Stat.PUSH_SWITCH_ACK] > 0
+    assert sw.stats[Stat.PULL_HIT] > 0 and sw.stats[Stat.CACHE_WRITE] > 0
+    assert c["collected_entries"] > 0 and c["writeback_cached"] > 0
+    assert all(r.hot_keys > 0 and r.counters["pull_switch_hits"] > 0 for r in results)
+    assert read_frequency(tmp_path / "freq0.csv").collected.sum() == c["collected_entries"]
+
+
+@TARGETS
+def test_switch_with_loss_and_hot_set_changes_is_exact(target, tmp_path) -> None:
+    wl = zipf()
+    # The hot set changes every few pushes, mid-iteration, including to nothing.
+    sets = [_switch(wl, 40), _switch(wl, 20, shift=7), {}, _switch(wl, 60, shift=1)]
+    sw = make_switch(target, (0, 0, HOT_SLOTS), sets[0])
+    relay = lambda ups: Relay(  # noqa: E731
+        ups, drop=0.05, dup=0.1, delay=0.003, seed=8, switch=sw, hot_schedule=sets, rotate_every=7
+    )
+    params, summaries, _, r = run_job(wl, 3, 6, tmp_path, shards=2, relay=relay, collect=True)
+    check_exact(wl, 3, 6, params, summaries)
+    assert r.rotations >= 4 and r.counters["dropped"] > 0
+    assert sw.stats[Stat.PUSH_DUP] > 0 and sw.stats[Stat.HOT_APPLIED] > 0
+
+
+@TARGETS
+def test_switch_overflow_and_slot_conflicts_are_exact(target, tmp_path) -> None:
+    # Keys 1 and 2 share a slot (one of them conflicts in every iteration); key 3's slot sum
+    # overflows int32 (diverted to the PS) and its parameter leaves the int32 range (pulls
+    # saturate, its writeback is skipped).
+    trace = tmp_path / "trace.csv"
+    trace.write_text(
+        "".join(
+            f"{t},{w},1,0.5\n{t},{w},2,0.25\n{t},{w},3,30000\n{t},{w},{4 + w},1\n"
+            for t in range(1, 5)
+            for w in range(3)
+        )
+    )
+    wl = TraceWorkload.from_csv(trace, key_space=16)
+    sw = make_switch(target, (1, 8, HOT_SLOTS), {1: 0, 2: 0, 3: 1, 4: 2})
+    relay = lambda ups: Relay(ups, switch=sw)  # noqa: E731
+    params, summaries, _, _ = run_job(wl, 3, 4, tmp_path, relay=relay, collect=True)
+    check_exact(wl, 3, 4, params, summaries)
+    assert params[3] < -(1 << 31)
+    assert sw.stats[Stat.OVERFLOW] >= 4 and sw.stats[Stat.SLOT_CONFLICT] >= 4
+    c = summaries[0]["counters"]
+    assert c["saturated"] > 0 and c["writeback_skipped"] > 0
+
+
+def test_collect_without_switch_still_finishes(tmp_path) -> None:
+    wl = zipf()
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))
+    out: dict = {}
+    ps = ParameterServer(
+        PSConfig(
+            JOB,
+            2,
+            wl.key_space,
+            2,
+            ("127.0.0.1", 0),
+            collect=True,
+            switch=silent.getsockname(),
+            hot_slots=16,
+            rto=0.01,
+            rto_max=0.01,
+            collect_retries=2,
+            linger=0.1,
+            deadline=10,
+        )
+    )
+    ts = [_thread(ps.run, out, "ps")]
+    ws = [Worker(WorkerConfig(JOB, w, [ps.address], 2, deadline=10), wl) for w in range(2)]
+    ts += [_thread(w.run, out, w) for w in ws]
+    for t in ts:
+        t.join(15)
+    silent.close()
+    assert out["ps"]["finished"] and out["ps"]["counters"]["collect_unanswered"] == 2 * 2
+    assert np.array_equal(ps.params, reference_run(wl, 2, 2).params)
+    for a in [ps, *ws]:
+        a.close()
+
+
+def test_bad_input_is_counted_and_ignored(tmp_path) -> None:
+    wl = zipf()
+    out: dict = {}
+    ps = ParameterServer(
+        PSConfig(JOB, 2, wl.key_space, 2, ("127.0.0.1", 0), linger=0.2, deadline=10)
+    )
+    bad = {
+        b"": "malformed",
+        b"\x01\x01": "malformed",
+        HEADER.pack(2, 1, 0, 0, JOB, 0, 1, 1, 0): "malformed",
+        HEADER.pack(1, 1, 0, 9, JOB, 0, 1, 1, 0) + bytes(108): "malformed",
+        encode(Op.PUSH, JOB, 0, 0, 1, [2], [5]): "malformed",  # seq 0
+        encode(42, JOB, 0, 1, 1): "unknown_op",
+        encode(Op.PUSH, JOB + 1, 0, 1, 1, [2], [5]): "unknown_job",
+        encode(Op.PUSH, JOB, 70, 1, 1, [2], [5]): "bad_worker",
+        encode(Op.PUSH, JOB, 0, 1, 1, [wl.key_space + 2], [5]): "bad_key",
+        encode(Op.PULL, JOB, 0, 1, 1, [wl.key_space]): "bad_key",
+        encode(Op.DONE, JOB, 0, 1, 1): "bad_shard",  # DONE.seq names shard 1
+        encode(Op.PUSH, JOB, 0, 5, 9, [2], [5]): "bad_iteration",
+        encode(Op.COLLECT_REPLY, JOB, 0, 1, 1): "late_reply",
+        encode(Op.PUSH_ACK, JOB, 0, 1, 1): "unexpected_op",
+    }
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for data in bad:
+            s.sendto(data, ps.address)
+    threads = [_thread(ps.run, out, "ps")]
+    ws = [Worker(WorkerConfig(JOB, w, [ps.address], 2, deadline=10), wl) for w in range(2)]
+    threads += [_thread(w.run, out, i) for i, w in enumerate(ws)]
+    for th in threads:
+        th.join(15)
+    expected: dict[str, int] = {}
+    for result in bad.values():
+        expected[result] = expected.get(result, 0) + 1
+    assert {r: ps.counters[r] for r in expected} == expected
+    assert out["ps"]["finished"]  # and the job itself was not disturbed:
+    assert np.array_equal(ps.params, reference_run(wl, 2, 2).params)
+    for a in [ps, *ws]:
+        a.close()
+
+
+def test_startup_errors_are_clear() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        with pytest.raises(AgentError, match="already in use"):
+            ParameterServer(PSConfig(1, 1, 10, bind=s.getsockname()))
+    with pytest.raises(AgentError, match="no interface"):
+        ParameterServer(PSConfig(1, 1, 10, bind=("192.0.2.77", 0)))
+    with pytest.raises(AgentError, match="collect needs"):
+        ParameterServer(PSConfig(1, 1, 10, bind=("127.0.0.1", 0), collect=True))
+    with pytest.raises(AgentError, match="worker id"):
+        Worker(WorkerConfig(1, 64, [("127.0.0.1", 1)], 1), zipf())
+
+
+def test_worker_deadline_bounds_a_run_without_ps() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:
+        silent.bind(("127.0.0.1", 0))
+        w = Worker(WorkerConfig(1, 0, [silent.getsockname()], 3, rto=0.01, deadline=0.4), zipf())
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineExceeded):
+            w.run()
+        assert time.monotonic() - t0 < 1.5
+        w.close()
+
+
+def _cli(module: str, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_cli_run_matches_reference_and_sigterm_is_clean(tmp_path) -> None:
+    common = ["--keys", "1000", "--workload", "zipf", "--skew", "1.1", "--seed", "4"]
+    ps = _cli(
+        "hosts.ps",
+        "--job",
+        "3",
+        "--workers",
+        "2",
+        "--keys",
+        "1000",
+        "--iterations",
+        "3",
+        "--bind",
+        "127.0.0.1:0",
+        "--linger",
+        "0.2",
+        "--params",
+        str(tmp_path / "p.npy"),
+        "--freq",
+        str(tmp_path / "f.csv"),
+        "--summary",
+        str(tmp_path / "ps.json"),
+    )
+    line = ps.stdout.readline()
+    assert line.startswith("ps: listening on 127.0.0.1:"), line + ps.stderr.read()
+    addr = line.split()[-1]
+    ws = [
+        _cli(
+            "hosts.worker",
+            "--job",
+            "3",
+            "--worker-id",
+            str(w),
+            "--ps",
+            addr,
+            "--iterations",
+            "3",
+            "--bind",
+            "127.0.0.1:0",
+            *common,
+        )
+        for w in range(2)
+    ]
+    for p in [*ws, ps]:
+        assert p.wait(20) == 0, p.stderr.read()
+    ref = _cli(
+        "hosts",
+        "reference",
+        "--workers",
+        "2",
+        "--iterations",
+        "3",
+        *common,
+        "--out",
+        str(tmp_path / "ref.npy"),
+    )
+    assert ref.wait(20) == 0, ref.stderr.read()
+    sha = json.loads((tmp_path / "ps.json").read_text())["params_sha256"]
+    assert sha == ref.stdout.read().split()[0]
+    assert np.array_equal(np.load(tmp_path / "p.npy"), np.load(tmp_path / "ref.npy"))
+
+    # SIGTERM: a serving PS (no --iterations) exits 0 with its files; a worker stuck at the
+    # barrier (the PS waits for a second worker) exits 4 and keeps its log.
+    ps = _cli(
+        "hosts.ps",
+        "--job",
+        "3",
+        "--workers",
+        "2",
+        "--keys",
+        "1000",
+        "--bind",
+        "127.0.0.1:0",
+        "--summary",
+        str(tmp_path / "ps2.json"),
+    )
+    addr = ps.stdout.readline().split()[-1]
+    w = _cli(
+        "hosts.worker",
+        "--job",
+        "3",
+        "--worker-id",
+        "0",
+        "--ps",
+        addr,
+        "--iterations",
+        "3",
+        "--bind",
+        "127.0.0.1:0",
+        "--log",
+        str(tmp_path / "w.csv"),
+        *common,
+    )
+    time.sleep(1.0)
+    for p, code in ((w, 4), (ps, 0)):
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(5) == code, p.stderr.read()
+    assert "push," in (tmp_path / "w.csv").read_text()
+    assert json.loads((tmp_path / "ps2.json").read_text())["counters"]["barrier"] == 1

@@ -1,0 +1,147 @@
+"""Seeded workloads and the numpy reference computation (hosts/workloads.py)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+import pytest
+
+from hosts.protocol import VALUE_SCALE, to_fixed
+from hosts.stats import params_sha256, read_frequency, top_keys, write_frequency
+from hosts.workloads import (
+    LogisticWorkload,
+    TraceWorkload,
+    WorkloadError,
+    ZipfWorkload,
+    add_arguments,
+    from_args,
+    reference_run,
+)
+
+
+def _steps(wl, worker, t, pulled=None):
+    keys = wl.pull_keys(worker, t)
+    pulled = np.zeros(len(keys), np.int32) if pulled is None else pulled
+    return keys, wl.step(worker, t, keys, pulled)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda seed: ZipfWorkload(5000, 1.1, 50, seed),
+        lambda seed: LogisticWorkload(5000, fields=5, batch=16, seed=seed),
+    ],
+)
+def test_seeded_per_worker_streams_independent_of_call_order(make) -> None:
+    a, b = make(1), make(1)
+    forward = [_steps(a, w, t) for w in range(3) for t in range(1, 4)]
+    backward = [_steps(b, w, t) for w in reversed(range(3)) for t in reversed(range(1, 4))]
+    for (k1, s1), (k2, s2) in zip(forward, reversed(backward)):
+        assert np.array_equal(k1, k2) and np.array_equal(s1.values, s2.values)
+    assert not np.array_equal(_steps(a, 0, 1)[0], _steps(a, 1, 1)[0])  # workers differ
+    assert not np.array_equal(_steps(a, 0, 1)[0], _steps(a, 0, 2)[0])  # iterations differ
+    assert not np.array_equal(_steps(make(2), 0, 1)[0], _steps(a, 0, 1)[0])  # seeds differ
+    for k, s in forward:
+        assert k.dtype == np.uint64 and s.values.dtype == np.int32
+        assert np.all(np.diff(k.astype(np.int64)) > 0) and int(k.max()) < 5000
+
+
+def test_zipf_skew_concentrates_on_the_hottest_keys() -> None:
+    def share_of_top10(skew: float) -> float:
+        wl = ZipfWorkload(10_000, skew, 200, seed=3)
+        top = set(wl.hottest(10).tolist())
+        keys = np.concatenate([wl.pull_keys(w, t) for w in range(4) for t in range(1, 30)])
+        return np.isin(keys, list(top)).mean()
+
+    assert share_of_top10(1.4) > 0.15 > 0.01 > share_of_top10(0.0)
+    wl = ZipfWorkload(97, 1.0, 10, seed=5)
+    assert sorted(wl.rank_to_key(np.arange(97)).tolist()) == list(range(97))  # a bijection
+    assert ZipfWorkload(10, 1.0, 4, seed=1).hottest(50).size == 10
+
+
+def test_zipf_values_are_bounded_fixed_point() -> None:
+    wl = ZipfWorkload(1000, 1.1, 100, seed=2, value_range=0.5)
+    values = np.concatenate([_steps(wl, w, 1)[1].values for w in range(5)])
+    assert np.abs(values).max() <= to_fixed(0.5) and values.std() > to_fixed(0.5) / 4
+    with pytest.raises(WorkloadError):
+        ZipfWorkload(0)
+    with pytest.raises(WorkloadError):
+        ZipfWorkload(10, skew=-1)
+
+
+def test_trace_parsing(tmp_path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "iteration,worker,key,value\n# comment\n\n1,0,5,0.5\n1,0,5,0.25\n1,0,2\n2,1,7,-1\n1,0,9,\n"
+    )
+    wl = TraceWorkload.from_csv(path, seed=4)
+    assert (wl.iterations, wl.workers, wl.key_space) == (2, 2, 10)
+    keys, step = _steps(wl, 0, 1)
+    assert keys.tolist() == [2, 5, 9]
+    assert step.values[1] == to_fixed(0.75)  # repeated key summed
+    assert abs(int(step.values[0])) <= to_fixed(0.01)  # drawn from the seeded stream
+    assert _steps(wl, 1, 2)[1].values.tolist() == [-VALUE_SCALE]
+    assert _steps(wl, 1, 1)[0].size == 0  # no rows: nothing to pull or push
+    again = TraceWorkload.from_csv(path, seed=4)
+    assert np.array_equal(_steps(again, 0, 1)[1].values, step.values)
+    for text in ("1,0\n", "0,0,1\n", "1,0,x\n", "1,0,99\n"):
+        path.write_text(text)
+        with pytest.raises(WorkloadError):
+            TraceWorkload.from_csv(path, key_space=50)
+    with pytest.raises(WorkloadError, match="cannot read"):
+        TraceWorkload.from_csv(tmp_path / "missing.csv")
+
+
+def test_logistic_gradients_follow_the_pulled_parameters_and_learn() -> None:
+    wl = LogisticWorkload(4096, fields=6, cardinality=300, batch=64, lr=1.0, seed=7)
+    keys, at_zero = _steps(wl, 0, 1)
+    assert at_zero.loss == pytest.approx(math.log(2))
+    shifted = np.full(len(keys), to_fixed(0.5), np.int32)
+    moved = wl.step(0, 1, keys, shifted)
+    assert moved.loss != at_zero.loss and not np.array_equal(moved.values, at_zero.values)
+    with pytest.raises(WorkloadError):
+        wl.step(0, 1, keys[1:], shifted[1:])
+    ref = reference_run(wl, 3, 25)
+    first, last = np.mean(ref.losses[0]), np.mean(ref.losses[-5:])
+    assert last < first - 0.05
+
+
+def test_reference_run_of_independent_workload_is_the_plain_sum() -> None:
+    wl = ZipfWorkload(300, 1.1, 20, seed=9)
+    expected = np.zeros(300, np.int64)
+    for t in range(1, 4):
+        for w in range(2):
+            keys, step = _steps(wl, w, t)
+            expected[keys.astype(np.intp)] -= step.values
+    ref = reference_run(wl, 2, 3)
+    assert np.array_equal(ref.params, expected)
+    assert ref.losses == [[None, None]] * 3
+
+
+def test_cli_arguments_build_each_workload(tmp_path) -> None:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    assert isinstance(from_args(p.parse_args(["--keys", "100"])), ZipfWorkload)
+    lr = from_args(p.parse_args(["--workload", "lr", "--keys", "100", "--batch", "4"]))
+    assert isinstance(lr, LogisticWorkload) and lr.batch == 4
+    with pytest.raises(WorkloadError):
+        from_args(p.parse_args(["--workload", "trace"]))
+    (tmp_path / "t.csv").write_text("1,0,3,1.5\n")
+    tr = from_args(p.parse_args(["--workload", "trace", "--trace", str(tmp_path / "t.csv")]))
+    assert tr.describe()["iterations"] == 1
+
+
+def test_frequency_file_round_trip(tmp_path) -> None:
+    cold = np.array([0, 5, 0, 2, 7, 0])
+    collected = np.array([0, 2, 0, 0, 0, 1])
+    write_frequency(tmp_path / "f.csv", cold, collected, {"job": 1, "shard": "0/1"})
+    f = read_frequency(tmp_path / "f.csv")
+    assert f.keys.tolist() == [1, 4, 3, 5] and f.updates.tolist() == [7, 7, 2, 1]
+    assert f.meta["updates"] == "17" and f.meta["collected"] == "3" and f.meta["job"] == "1"
+    write_frequency(tmp_path / "g.csv", np.array([0, 0, 0, 0, 0, 9]), np.zeros(6, int), {})
+    assert top_keys([tmp_path / "f.csv", tmp_path / "g.csv"], 3) == [5, 1, 4]
+    write_frequency(tmp_path / "empty.csv", np.zeros(3, int), np.zeros(3, int), {})
+    assert read_frequency(tmp_path / "empty.csv").keys.size == 0
+    assert params_sha256(np.arange(3)) == params_sha256(np.arange(3, dtype=">i8"))
