@@ -1,0 +1,153 @@
+"""Fixtures shared by the test tiers.
+
+`sut` is a switch under test on veth pairs, for each target: the embedded target always,
+BMv2 where simple_switch_grpc and p4c-bm2-ss are on PATH (skipped with the reason
+elsewhere). Tests that need root skip cleanly without it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hosts.protocol import CPU_PORT, Stat
+from tests.packet_harness import N_PORTS, Ports, host_ip, host_mac, unique_prefix
+from topologies.netns import VethNet
+from topologies.switches import REPO_ROOT, SwitchProcess, SwitchStartError, bmv2_missing
+
+P4INFO_PATH = REPO_ROOT / "p4src" / "hotagg.p4info.txtpb"
+BMV2_JSON = REPO_ROOT / "build" / "hotagg.json"
+TEST_JOBS = {1: 64, 2: 64}  # job id -> slot count
+
+
+def root_missing() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, veth pairs, raw sockets)"
+    if shutil.which("ip") is None:
+        return "needs iproute2's `ip`"
+    return None
+
+
+def bmv2_config() -> bytes:
+    """BMv2's JSON, compiled on first use (p4c is on PATH whenever BMv2 tests run)."""
+    if not BMV2_JSON.exists():
+        subprocess.run(["make", "-C", str(REPO_ROOT), "build"], check=True)
+    return BMV2_JSON.read_bytes()
+
+
+class SwitchUnderTest:
+    """A running switch plus the controller objects the packet tests drive it with."""
+
+    def __init__(self, proc: SwitchProcess, ports: Ports) -> None:
+        from controller.client import SwitchClient
+        from controller.p4info import P4Info
+
+        self.proc = proc
+        self.ports = ports
+        self.p4info = P4Info.from_file(P4INFO_PATH)
+        self.client = SwitchClient(proc.grpc_addr, proc.device_id, (0, 1), wait=10.0).connect()
+        self.device_config = bmv2_config() if proc.target == "bmv2" else b""
+        self.jobs: dict = {}
+
+    def reset(self) -> None:
+        """Fresh pipeline (clears tables, registers, counters on both targets), then the
+        routes to the four hosts, two jobs and a drop rate of 0."""
+        from controller.drop_sim import DropSim
+        from controller.forwarding import Forwarding, Route
+        from controller.jobs import Jobs
+
+        self.client.set_pipeline(self.p4info.message, self.device_config)
+        routes = [
+            Route(
+                int.from_bytes(bytes(map(int, host_ip(i).split("."))), "big"),
+                32,
+                int(host_mac(i).replace(":", ""), 16),
+                i,
+            )
+            for i in range(1, N_PORTS + 1)
+        ]
+        Forwarding(self.client, self.p4info).install(routes)
+        jobs = Jobs(self.client, self.p4info)
+        self.jobs = {job_id: jobs.add(job_id, slots) for job_id, slots in TEST_JOBS.items()}
+        DropSim(self.client, self.p4info).set(0.0)
+        self.ports.drain()
+
+    def slot_count(self, job_id: int) -> int:
+        return self.jobs[job_id].slot_count
+
+    def hot(self, job_id: int, offsets: dict[int, int]) -> None:
+        """Install hot keys at explicit slot offsets, in all 8 lookup instances."""
+        from controller.hot_keys import INSTANCES, set_slot, table
+
+        entries = [
+            self.p4info.table_entry(
+                table(i), {"job_id": job_id, "key": key}, set_slot(i), {"offset": off}
+            )
+            for key, off in offsets.items()
+            for i in range(INSTANCES)
+        ]
+        self.client.write_entries("insert", entries)
+
+    def evict(self, job_id: int, keys: list[int]) -> None:
+        from controller.hot_keys import HotKeys
+
+        HotKeys(self.client, self.p4info).evict(job_id, keys)
+
+    def drop_rate(self, probability: float) -> None:
+        from controller.drop_sim import DropSim
+
+        DropSim(self.client, self.p4info).set(probability)
+
+    def stats(self) -> dict[Stat, int]:
+        from controller.stats import Stats
+
+        return {
+            Stat(c.index): c.packets
+            for c in Stats(self.client, self.p4info).read()
+            if c.index < len(Stat)
+        }
+
+    def close(self) -> None:
+        self.client.close()
+
+
+@pytest.fixture(scope="module", params=["embedded", "bmv2"])
+def switch_proc(request) -> Iterator[tuple[SwitchProcess, Ports]]:
+    if why := root_missing():
+        pytest.skip(why)
+    if request.param == "bmv2" and (why := bmv2_missing()):
+        pytest.skip(f"BMv2 target: {why}")
+    net = VethNet(unique_prefix(), N_PORTS).create()
+    ports = Ports(net)
+    proc = SwitchProcess(
+        "s1",
+        dict(net.switch_ifaces),
+        target=request.param,
+        cpu_port=CPU_PORT,
+        log_dir=Path("/tmp/hotagg-test-logs") / request.param,
+        seed=1,
+    )
+    try:
+        proc.start()
+    except SwitchStartError as e:
+        ports.close()
+        net.destroy()
+        pytest.fail(str(e))
+    yield proc, ports
+    proc.stop()
+    ports.close()
+    net.destroy()
+
+
+@pytest.fixture
+def sut(switch_proc) -> Iterator[SwitchUnderTest]:
+    proc, ports = switch_proc
+    s = SwitchUnderTest(proc, ports)
+    s.reset()
+    yield s
+    s.close()

@@ -1,0 +1,337 @@
+"""Packet tests: frames into a running switch on veth pairs, assertions on what comes out.
+
+The same test bodies run against every target (the `sut` fixture in conftest.py): the
+embedded target always, BMv2 where simple_switch_grpc and p4c-bm2-ss are on PATH. Entries
+are installed through the controller over P4Runtime. Expected outputs are built with the
+Scapy layers from docs/design.md's rules, independently of either switch implementation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from scapy.layers.inet import IP, UDP
+
+from hosts.protocol import (
+    FLAG_FROM_SWITCH,
+    HOTAGG_PORT,
+    INT32_MAX,
+    INT32_MIN,
+    MAX_ENTRIES,
+    Hotagg,
+    Op,
+    Stat,
+)
+from tests.packet_harness import frame, host_ip, host_mac, plain_udp
+
+pytestmark = [pytest.mark.root]
+
+JOB = 1
+OTHER_JOB = 2
+W1, W2, PS, W4 = 1, 2, 3, 4  # host numbers = switch ports
+
+
+def push(
+    src: int, seq: int, entries, iteration: int = 1, job: int = JOB, worker: int | None = None
+):
+    worker = src - 1 if worker is None else worker
+    return frame(
+        src, PS, Op.PUSH, entries, seq=seq, iteration=iteration, job_id=job, worker_id=worker
+    )
+
+
+def collect(sut, iteration: int, offsets=range(MAX_ENTRIES), job: int = JOB):
+    """COLLECT from the PS; returns {key: value} of the valid entries."""
+    out = sut.ports.exchange(
+        PS,
+        frame(
+            PS, W1, Op.COLLECT, [(o, 0) for o in offsets], seq=1, iteration=iteration, job_id=job
+        ),
+    )
+    assert len(out) == 1 and out[0].port == PS, [o.pkt.summary() for o in out]
+    agg = out[0].agg
+    assert agg.op == Op.COLLECT_REPLY and agg.flags & FLAG_FROM_SWITCH
+    return {e.key: e.value for i, e in enumerate(agg.entries) if agg.mask >> i & 1}
+
+
+def only(out, port: int):
+    assert [o.port for o in out] == [port], [(o.port, o.pkt.summary()) for o in out]
+    return out[0]
+
+
+def test_forwarding_rewrites_macs_ttl_and_checksum(sut):
+    out = sut.ports.exchange(W1, plain_udp(W1, PS, b"hello"))
+    got = only(out, PS).pkt
+    assert got.dst == host_mac(PS)
+    assert got[IP].ttl == 63 and got[IP].dst == host_ip(PS)
+    recomputed = IP(bytes(got[IP]))
+    del recomputed.chksum
+    assert IP(bytes(recomputed)).chksum == got[IP].chksum
+    assert bytes(got[UDP].payload) == b"hello"
+
+
+def test_no_route_is_dropped(sut):
+    data = bytearray(plain_udp(W1, PS))
+    data[30:34] = bytes([10, 9, 9, 9])  # destination 10.9.9.9: no entry
+    assert sut.ports.exchange(W1, bytes(data)) == []
+
+
+def test_all_hot_push_is_acked_by_switch(sut):
+    sut.hot(JOB, {10: 0, 11: 1})
+    before = sut.stats()
+    out = sut.ports.exchange(W1, push(W1, 1, [(10, 5), (11, -7)]))
+    ack = only(out, W1)
+    agg = ack.agg
+    assert agg.op == Op.PUSH_ACK and agg.flags & FLAG_FROM_SWITCH
+    assert agg.count == 0 and agg.mask == 0b11 and agg.seq == 1
+    assert ack.pkt[IP].src == host_ip(PS) and ack.pkt[IP].dst == host_ip(W1)
+    assert ack.pkt[UDP].sport == HOTAGG_PORT and ack.pkt[UDP].len == 8 + 20
+    after = sut.stats()
+    assert after[Stat.HOT_APPLIED] - before[Stat.HOT_APPLIED] == 2
+    assert after[Stat.PUSH_SWITCH_ACK] - before[Stat.PUSH_SWITCH_ACK] == 1
+    assert collect(sut, 1) == {10: 5, 11: -7}
+
+
+def test_mixed_push_forwards_only_cold_entries(sut):
+    sut.hot(JOB, {10: 0, 11: 1})
+    out = sut.ports.exchange(W1, push(W1, 1, [(10, 1), (500, 2), (11, 3), (501, 4)]))
+    got = only(out, PS)
+    agg = got.agg
+    assert agg.op == Op.PUSH and agg.count == 2 and agg.mask == 0b0101
+    assert [(e.key, e.value) for e in agg.entries] == [(500, 2), (501, 4)]
+    assert got.pkt[UDP].len == 8 + 20 + 2 * 12 and got.pkt[IP].len == 20 + 8 + 20 + 24
+    assert got.pkt[UDP].chksum == 0
+    assert collect(sut, 1) == {10: 1, 11: 3}
+
+
+def test_empty_push_is_acked_by_switch(sut):
+    agg = only(sut.ports.exchange(W1, push(W1, 1, [])), W1).agg
+    assert agg.op == Op.PUSH_ACK and agg.count == 0
+
+
+def test_contributions_of_workers_are_summed(sut):
+    sut.hot(JOB, {10: 3})
+    only(sut.ports.exchange(W1, push(W1, 1, [(10, 5)])), W1)
+    only(sut.ports.exchange(W2, push(W2, 1, [(10, 7)])), W2)
+    assert collect(sut, 1) == {10: 12}
+    assert collect(sut, 1) == {10: 12}  # a collect only reads: asking again is safe
+
+
+def test_duplicate_push_is_never_added_twice(sut):
+    sut.hot(JOB, {10: 0})
+    hot_only = push(W1, 1, [(10, 5)])
+    mixed = push(W1, 2, [(10, 1), (600, 9)])
+    first = [sut.ports.exchange(W1, p) for p in (hot_only, mixed)]
+    before = sut.stats()
+    again = [sut.ports.exchange(W1, p) for p in (hot_only, mixed)]
+    assert only(again[0], W1).agg.op == Op.PUSH_ACK
+    # The PS sees exactly the bytes it saw the first time, and deduplicates by seq.
+    assert only(again[1], PS).data == only(first[1], PS).data
+    assert sut.stats()[Stat.PUSH_DUP] - before[Stat.PUSH_DUP] == 2
+    assert collect(sut, 1) == {10: 6}
+
+
+def test_push_older_than_window_is_dropped(sut):
+    sut.hot(JOB, {10: 0})
+    only(sut.ports.exchange(W1, push(W1, 70, [(10, 1)])), W1)
+    before = sut.stats()
+    assert sut.ports.exchange(W1, push(W1, 6, [(10, 1)])) == []  # 6 and 70 share a window cell
+    assert sut.stats()[Stat.PUSH_STALE] - before[Stat.PUSH_STALE] == 1
+    assert collect(sut, 1) == {10: 1}
+
+
+def test_iterations_alternate_copies_and_reset_lazily(sut):
+    sut.hot(JOB, {10: 0})
+    sut.ports.exchange(W1, push(W1, 1, [(10, 5)], iteration=1))
+    sut.ports.exchange(W1, push(W1, 2, [(10, 3)], iteration=2))
+    assert collect(sut, 1) == {10: 5}  # still readable while iteration 2 accumulates
+    assert collect(sut, 2) == {10: 3}
+    sut.ports.exchange(W1, push(W1, 3, [(10, 4)], iteration=3))
+    assert collect(sut, 3) == {10: 4}  # first contribution of 3 overwrote 1's copy
+    assert collect(sut, 1) == {}
+
+
+@pytest.mark.parametrize("start,add", [(INT32_MAX - 1, 2), (INT32_MIN + 1, -2)])
+def test_overflow_goes_to_the_ps_instead_of_wrapping(sut, start, add):
+    sut.hot(JOB, {10: 0})
+    only(sut.ports.exchange(W1, push(W1, 1, [(10, start)])), W1)
+    before = sut.stats()
+    got = only(sut.ports.exchange(W2, push(W2, 1, [(10, add), (11, 1)])), PS)
+    assert [(e.key, e.value) for e in got.agg.entries] == [(10, add), (11, 1)]
+    assert sut.stats()[Stat.OVERFLOW] - before[Stat.OVERFLOW] == 1
+    assert collect(sut, 1) == {10: start}
+
+
+def test_reassigned_slot_refuses_another_key_in_the_same_iteration(sut):
+    sut.hot(JOB, {10: 0})
+    sut.ports.exchange(W1, push(W1, 1, [(10, 5)]))
+    sut.evict(JOB, [10])
+    sut.hot(JOB, {20: 0})
+    before = sut.stats()
+    got = only(sut.ports.exchange(W2, push(W2, 1, [(20, 8), (10, 2)])), PS)
+    assert [(e.key, e.value) for e in got.agg.entries] == [(20, 8), (10, 2)]
+    assert sut.stats()[Stat.SLOT_CONFLICT] - before[Stat.SLOT_CONFLICT] == 1
+    assert collect(sut, 1) == {10: 5}  # the old key's sum is still delivered
+    only(sut.ports.exchange(W2, push(W2, 2, [(20, 8)], iteration=2)), W2)
+    assert collect(sut, 2) == {20: 8}
+
+
+def test_jobs_never_touch_each_others_slots(sut):
+    sut.hot(JOB, {10: 0})
+    sut.hot(OTHER_JOB, {10: 0})
+    sut.ports.exchange(W1, push(W1, 1, [(10, 5)]))
+    sut.ports.exchange(W4, push(W4, 1, [(10, 100)], job=OTHER_JOB, worker=0))
+    assert collect(sut, 1) == {10: 5}
+    assert collect(sut, 1, job=OTHER_JOB) == {10: 100}
+    # Offsets past the job's slot_count read nothing, not the neighbour's slots.
+    assert collect(sut, 1, offsets=[sut.slot_count(OTHER_JOB)], job=OTHER_JOB) == {}
+
+
+def test_pull_is_answered_from_cache_only_for_the_cached_iteration(sut):
+    sut.hot(JOB, {10: 0, 11: 1})
+    wb = only(
+        sut.ports.exchange(
+            PS, frame(PS, W1, Op.WRITEBACK, [(10, 99), (11, -1), (12, 5)], iteration=2, job_id=JOB)
+        ),
+        PS,
+    ).agg
+    assert wb.op == Op.WRITEBACK_ACK and wb.mask == 0b011
+    hit = only(
+        sut.ports.exchange(W1, frame(W1, PS, Op.PULL, [(11, 0), (10, 0)], iteration=2, job_id=JOB)),
+        W1,
+    )
+    assert hit.agg.op == Op.PULL_REPLY and hit.agg.flags & FLAG_FROM_SWITCH
+    assert [(e.key, e.value) for e in hit.agg.entries] == [(11, -1), (10, 99)]
+    assert hit.pkt[IP].src == host_ip(PS)
+    stale = only(
+        sut.ports.exchange(W1, frame(W1, PS, Op.PULL, [(10, 0)], iteration=3, job_id=JOB)), PS
+    )
+    assert stale.agg.op == Op.PULL and stale.agg.mask == 0
+    partial = only(
+        sut.ports.exchange(W1, frame(W1, PS, Op.PULL, [(10, 0), (12, 0)], iteration=2, job_id=JOB)),
+        PS,
+    )
+    assert partial.agg.op == Op.PULL and partial.agg.mask == 0b01
+
+
+def test_pull_after_eviction_goes_to_ps(sut):
+    sut.hot(JOB, {10: 0})
+    sut.ports.exchange(PS, frame(PS, W1, Op.WRITEBACK, [(10, 99)], iteration=2, job_id=JOB))
+    sut.evict(JOB, [10])
+    sut.hot(JOB, {20: 0})  # slot 0 now belongs to key 20, whose cache is not written
+    for key in (10, 20):
+        out = sut.ports.exchange(W1, frame(W1, PS, Op.PULL, [(key, 0)], iteration=2, job_id=JOB))
+        assert only(out, PS).agg.op == Op.PULL
+
+
+def test_replies_and_done_pass_through(sut):
+    before = sut.stats()
+    for op in (
+        Op.PUSH_ACK,
+        Op.PULL_REPLY,
+        Op.DONE,
+        Op.DONE_ACK,
+        Op.COLLECT_REPLY,
+        Op.WRITEBACK_ACK,
+    ):
+        data = frame(W1, PS, op, [(1, 2)], seq=3, iteration=1, job_id=JOB)
+        got = only(sut.ports.exchange(W1, data), PS)
+        assert bytes(got.pkt[Hotagg]) == bytes(Hotagg(data[42:]))
+    assert sut.stats()[Stat.PASS] - before[Stat.PASS] == 6
+
+
+def test_drop_simulator(sut):
+    sut.drop_rate(1.0)
+    before = sut.stats()
+    assert sut.ports.exchange(W1, push(W1, 1, [(10, 1)])) == []
+    assert sut.stats()[Stat.SIM_DROP] - before[Stat.SIM_DROP] == 1
+    sut.drop_rate(0.5)
+    for seq in range(1, 201):
+        sut.ports.send(W1, frame(W1, PS, Op.DONE, [], seq=seq, iteration=1, job_id=JOB))
+    sut.drop_rate(0.0)
+    passed = [r for r in sut.ports.settle(W1) if r.port == PS]
+    assert 60 <= len(passed) <= 140, len(passed)
+    assert len(sut.ports.exchange(W1, push(W1, 1, []))) == 1
+
+
+def _malformed_cases():
+    good = push(W1, 1, [(10, 1), (11, 2)])
+    cases = {
+        "truncated header": (good[: 42 + 10], Stat.MALFORMED),
+        "truncated entries": (good[:-5], Stat.MALFORMED),
+        "count 9": (good[: 42 + 3] + b"\x09" + good[42 + 4 :], Stat.MALFORMED),
+        "count says 3, carries 2": (good[: 42 + 3] + b"\x03" + good[42 + 4 :], Stat.MALFORMED),
+        "count says 1, carries 2": (good[: 42 + 3] + b"\x01" + good[42 + 4 :], Stat.MALFORMED),
+        "version 2": (good[:42] + b"\x02" + good[43:], Stat.MALFORMED),
+        "seq 0": (push(W1, 0, [(10, 1)]), Stat.MALFORMED),
+        "op 0": (good[:43] + b"\x00" + good[44:], Stat.UNKNOWN_OP),
+        "op 11": (good[:43] + b"\x0b" + good[44:], Stat.UNKNOWN_OP),
+        "unknown job": (push(W1, 1, [(10, 1)], job=999), Stat.UNKNOWN_JOB),
+        "worker 64": (push(W1, 1, [(10, 1)], worker=64), Stat.BAD_WORKER),
+    }
+    return cases
+
+
+@pytest.mark.parametrize("case", list(_malformed_cases()))
+def test_malformed_input_is_dropped_and_counted(sut, case):
+    sut.hot(JOB, {10: 0})
+    data, reason = _malformed_cases()[case]
+    before = sut.stats()
+    assert sut.ports.exchange(W1, data) == []
+    after = sut.stats()
+    assert after[reason] - before[reason] == 1
+    assert after[Stat.HOT_APPLIED] == before[Stat.HOT_APPLIED]
+    # The switch is still alive and nothing was added.
+    assert only(sut.ports.exchange(W1, push(W1, 5, [(10, 2)])), W1).agg.op == Op.PUSH_ACK
+    assert collect(sut, 1) == {10: 2}
+
+
+def test_garbage_frames_do_not_hurt(sut):
+    for data in (b"", b"\x00" * 14, b"\xff" * 60, plain_udp(W1, PS)[:20]):
+        with contextlib.suppress(OSError):  # the kernel refuses some of these; that is fine
+            sut.ports.send(W1, data)
+    assert len(sut.ports.exchange(W1, plain_udp(W1, PS))) == 1
+
+
+def test_sums_stay_exact_under_duplicates_hot_set_changes_and_overflow(sut):
+    """A small PS in the test: cold parts deduplicated by (worker, seq) plus the collected
+    hot sums must equal the true sums, however the hot set moves within an iteration."""
+    import random
+
+    rng = random.Random(7)
+    keys = list(range(100, 124))
+    truth: dict[tuple[int, int], int] = {}
+    ps: dict[tuple[int, int], int] = {}
+    seen: set[tuple[int, int]] = set()
+    seqs = {W1: 0, W2: 0}
+    hot = dict(zip(keys[:6], range(6)))
+    sut.hot(JOB, hot)
+    for it in (1, 2, 3):
+        for step in range(12):
+            if step == 6:  # move the hot set mid-iteration: evict some, reuse their slots
+                gone = rng.sample(sorted(hot), 3)
+                fresh = rng.sample([k for k in keys if k not in hot], 3)
+                sut.evict(JOB, gone)
+                moved = {k: hot.pop(g) for k, g in zip(fresh, gone)}
+                sut.hot(JOB, moved)
+                hot.update(moved)
+            w = rng.choice((W1, W2))
+            seqs[w] += 1
+            entries = [(k, rng.choice((1, -3, 2**30, -(2**30)))) for k in rng.sample(keys, 8)]
+            for k, v in entries:
+                truth[(it, k)] = truth.get((it, k), 0) + v
+            data = push(w, seqs[w], entries, iteration=it)
+            for _ in range(rng.choice((1, 1, 2, 3))):  # duplicates and retransmissions
+                for r in sut.ports.exchange(w, data):
+                    if r.port == PS and r.agg.op == Op.PUSH and (w, seqs[w]) not in seen:
+                        seen.add((w, seqs[w]))
+                        for e in r.agg.entries:
+                            ps[(it, e.key)] = ps.get((it, e.key), 0) + e.value
+        for first in range(0, sut.slot_count(JOB), MAX_ENTRIES):
+            chunk = range(first, first + MAX_ENTRIES)
+            for key, value in collect(sut, it, offsets=chunk).items():
+                ps[(it, key)] = ps.get((it, key), 0) + value
+    assert {k: v for k, v in ps.items() if v} == {k: v for k, v in truth.items() if v}
+    stats = sut.stats()  # the run went through every path it is meant to test
+    assert stats[Stat.PUSH_DUP] and stats[Stat.OVERFLOW] and stats[Stat.SLOT_CONFLICT]
