@@ -1,0 +1,1 @@
+"""Benchmarks that write JSON (`make bench`); nothing here asserts on time."""
