@@ -214,6 +214,12 @@ control HotaggIngress(inout headers_t hdr,
             // Step 7: route on the (possibly swapped) destination.
             if (!dropped) {
                 switch (ipv4_lpm.apply().action_run) {
+                    ipv4_forward: {
+                        // A route out of CPU_PORT is a PacketIn too.
+                        if (standard_metadata.egress_spec == CPU_PORT) {
+                            HOTAGG_PACKET_IN();
+                        }
+                    }
                     drop: {
                         if (is_hotagg) {
                             stats.count(STAT_NO_ROUTE);

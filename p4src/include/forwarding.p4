@@ -53,11 +53,18 @@
     {                                                                                  \
         standard_metadata.egress_spec = hdr.packet_out.egress_port;                    \
         if (hdr.packet_out.egress_port == CPU_PORT) {                                  \
-            hdr.packet_in.setValid();                                                  \
-            hdr.packet_in.ingress_port = standard_metadata.ingress_port;               \
-            hdr.packet_in._pad = 0;                                                    \
+            HOTAGG_PACKET_IN();                                                        \
         }                                                                              \
         hdr.packet_out.setInvalid();                                                   \
+    }
+
+// Every frame that leaves by CPU_PORT reaches the controller as a PacketIn, so it carries
+// packet_in (send_to_cpu, a PacketOut to CPU_PORT, or an ipv4_forward route to CPU_PORT).
+#define HOTAGG_PACKET_IN()                                                             \
+    {                                                                                  \
+        hdr.packet_in.setValid();                                                      \
+        hdr.packet_in.ingress_port = standard_metadata.ingress_port;                   \
+        hdr.packet_in._pad = 0;                                                        \
     }
 
 // Turn a request into the switch's reply REPLY_OP: mark it, swap IPv4 addresses and UDP
