@@ -91,6 +91,7 @@ class WorkerConfig:
     deadline: float | None = None
     log_path: str | None = None
     summary_path: str | None = None
+    progress: bool = False  # one flushed stdout line per finished iteration (for runners)
 
     def validate(self) -> None:
         if not 0 <= self.job_id < 1 << 16:
@@ -182,6 +183,8 @@ class Worker:
                         "" if step.loss is None else repr(step.loss),
                     )
                 )
+                if cfg.progress:
+                    print(f"progress {t}/{cfg.iterations}", flush=True)
             result = WorkerResult(
                 cfg.iterations,
                 losses,
@@ -397,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log", help="per-request latency CSV")
     p.add_argument("--summary", help="summary JSON")
+    p.add_argument("--progress", action="store_true", help="print 'progress t/T' per iteration")
     workloads.add_arguments(p)
     return p
 
@@ -417,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
             deadline=args.deadline or None,
             log_path=args.log,
             summary_path=args.summary,
+            progress=args.progress,
         )
         worker = Worker(cfg, workloads.from_args(args))
     except (AgentError, workloads.WorkloadError) as exc:

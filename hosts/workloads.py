@@ -326,6 +326,26 @@ def reference_run(workload: Workload, n_workers: int, iterations: int) -> Refere
     return Reference(params, losses)
 
 
+class StreamOffset(Workload):
+    """The same workload (same key mapping, same data) read `offset` iterations further on:
+    a warm-up that profiles the key popularity without seeing the measured iterations."""
+
+    def __init__(self, inner: Workload, offset: int) -> None:
+        if offset < 0:
+            raise WorkloadError(f"stream offset must be >= 0, got {offset}")
+        self.inner, self.offset = inner, offset
+        self.key_space = inner.key_space
+
+    def pull_keys(self, worker: int, iteration: int) -> np.ndarray:
+        return self.inner.pull_keys(worker, iteration + self.offset)
+
+    def step(self, worker: int, iteration: int, keys: np.ndarray, pulled: np.ndarray) -> Step:
+        return self.inner.step(worker, iteration + self.offset, keys, pulled)
+
+    def describe(self) -> dict:
+        return {**self.inner.describe(), "stream_offset": self.offset}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("workload")
     g.add_argument("--workload", choices=("zipf", "trace", "lr"), default="zipf")
@@ -339,9 +359,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--cardinality", type=int, default=1000, help="lr: values per feature")
     g.add_argument("--batch", type=int, default=64, help="lr: examples per worker/iter")
     g.add_argument("--lr", type=float, default=0.5, help="lr: learning rate")
+    g.add_argument(
+        "--stream-offset",
+        type=int,
+        default=0,
+        help="read iteration t of the stream as t + offset (a warm-up that does not see "
+        "the measured iterations)",
+    )
 
 
 def from_args(args: argparse.Namespace) -> Workload:
+    workload = _from_args(args)
+    offset = getattr(args, "stream_offset", 0)
+    return StreamOffset(workload, offset) if offset else workload
+
+
+def _from_args(args: argparse.Namespace) -> Workload:
     if args.workload == "zipf":
         return ZipfWorkload(args.keys, args.skew, args.keys_per_iter, args.seed, args.value_range)
     if args.workload == "trace":

@@ -1,0 +1,1 @@
+"""The `make run` experiment: offloaded against server-only latency on one workload."""

@@ -1,0 +1,182 @@
+"""`make run`: the Mininet experiment (offloaded vs server-only), and `make stop`.
+
+    python -m experiment run [--target embedded|bmv2] [--topo FILE] [--workers N] ...
+    python -m experiment stop
+
+Exit codes: 0 done and exact, 1 the two modes' parameters differ, 2 bad options or missing
+prerequisites, 3 the run failed (the message says where; logs are in runs/<id>/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from experiment.runner import Experiment, ExperimentError, RunConfig, say
+
+WARMUP_STREAM_OFFSET = 1_000_000  # far beyond any measured iteration
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def probability(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not in [0, 1)")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m experiment", description=__doc__.split("\n")[0]
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the experiment")
+    d = RunConfig()
+    run.add_argument("--target", choices=("embedded", "bmv2"), default=d.target)
+    run.add_argument("--topo", type=Path, default=d.topo, help="topology.json (default: star)")
+    run.add_argument("--workers", type=positive, default=d.workers)
+    run.add_argument("--iterations", type=positive, default=d.iterations)
+    run.add_argument("--skew", type=float, default=d.skew, help="Zipf exponent")
+    run.add_argument("--keys", type=positive, default=d.keys, help="key space (parameters)")
+    run.add_argument(
+        "--keys-per-iter",
+        type=positive,
+        default=d.keys_per_iter,
+        help="updates each worker draws per iteration",
+    )
+    run.add_argument(
+        "--hot-slots",
+        type=positive,
+        default=d.hot_slots,
+        help="switch slots for the hot set (its budget)",
+    )
+    run.add_argument(
+        "--loss",
+        type=probability,
+        default=d.loss,
+        help="drop probability of the switch's drop simulator",
+    )
+    run.add_argument("--seed", type=int, default=d.seed)
+    run.add_argument("--workload", choices=("zipf", "lr", "trace"), default=d.workload)
+    run.add_argument("--trace", help="trace CSV for --workload trace")
+    run.add_argument(
+        "--warmup",
+        type=positive,
+        default=d.warmup,
+        help="warm-up iterations whose statistics choose the hot set",
+    )
+    run.add_argument("--runs-dir", type=Path, default=d.runs_dir)
+    run.add_argument(
+        "--grpc-base-port",
+        type=int,
+        default=d.grpc_base_port,
+        help="P4Runtime port of the first switch (0: any free port)",
+    )
+    sub.add_parser("stop", help="clean up whatever a run left behind")
+    return parser
+
+
+def run(cfg: RunConfig) -> int:
+    from controller.hotset import choose, load_stats
+    from experiment import report
+
+    exp = Experiment(cfg)
+    exp.preflight()
+    run_dir = exp.make_run_dir()
+    (run_dir / "config.json").write_text(json.dumps(cfg.as_dict(), indent=2) + "\n")
+    say(
+        f"run {run_dir.name}: {cfg.workers} workers, {cfg.iterations} iterations, "
+        f"{cfg.workload} workload, seed {cfg.seed}, loss {cfg.loss}"
+    )
+    phases = {}
+    try:
+        exp.start()
+        exp.configure(hot_keys=None)
+        # Same workload and seed, read further on: the warm-up learns which keys are popular
+        # without seeing the iterations it is then measured on (a trace is profiled from its
+        # start, as a running system could).
+        offset = 0 if cfg.workload == "trace" else WARMUP_STREAM_OFFSET
+        phases["warmup"] = exp.run_phase("warmup", cfg.warmup, False, stream_offset=offset)
+        freqs: dict[int, int] = {}
+        for f in sorted(phases["warmup"].dir.glob("freq*.csv")):
+            for key, n in load_stats(f).items():
+                freqs[key] = freqs.get(key, 0) + n
+        hot = choose(freqs, budget=cfg.hot_slots)
+        say(f"hot set from the warm-up: {hot.describe()}")
+        exp.configure(hot_keys=None)
+        phases["server"] = exp.run_phase("server", cfg.iterations, collect=False)
+        exp.configure(hot_keys=hot.keys)
+        phases["offload"] = exp.run_phase("offload", cfg.iterations, collect=True)
+    finally:
+        exp.stop()
+    agg = [n for n, s in exp.topology.switches.items() if s.aggregate]
+    hot_info = {
+        "keys": len(hot.keys),
+        "coverage": hot.coverage,
+        "covered": hot.covered,
+        "total": hot.total,
+        "candidates": hot.candidates,
+    }
+    summary = report.build(
+        run_dir,
+        cfg.as_dict(),
+        phases,
+        hot_info,
+        cfg.workers,
+        len(exp.topology.parameter_servers),
+        agg,
+    )
+    print(report.comparison_table(summary), flush=True)
+    say(f"results in {run_dir} (runs/latest): summary.json, latency.csv, *.png")
+    if not summary["exact"]:
+        say("ERROR: the parameters of the two modes differ; see summary.json params_sha256")
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "stop":
+        from topologies.network import cleanup
+
+        for line in cleanup():
+            print(line)
+        return 0
+    extra = ["--trace", args.trace] if args.trace else []
+    cfg = RunConfig(
+        target=args.target,
+        topo=args.topo,
+        workers=args.workers,
+        iterations=args.iterations,
+        skew=args.skew,
+        keys=args.keys,
+        keys_per_iter=args.keys_per_iter,
+        hot_slots=args.hot_slots,
+        loss=args.loss,
+        seed=args.seed,
+        workload=args.workload,
+        warmup=args.warmup,
+        runs_dir=args.runs_dir,
+        grpc_base_port=args.grpc_base_port,
+        extra_workload_args=extra,
+    )
+    try:
+        return run(cfg)
+    except ExperimentError as e:
+        print(f"hotagg: error: {e}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        print("hotagg: interrupted; cleaned up", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

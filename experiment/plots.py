@@ -1,0 +1,143 @@
+"""PNG plots of a run: latency CDFs, PS load per iteration, skew and hot-set coverage,
+and the latency dissection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on a test VM or in CI
+import matplotlib.pyplot as plt
+import numpy as np
+
+from experiment.report import worker_rows
+from experiment.runner import PhaseResult
+from hosts.stats import read_frequency
+
+COLORS = {"server": "tab:red", "offload": "tab:blue"}
+LABELS = {"server": "server-only", "offload": "offload"}
+
+
+def _cdf(ax, values: list[float], mode: str, style: str = "-") -> None:
+    if not values:
+        return
+    xs = np.sort(values)
+    ys = np.arange(1, len(xs) + 1) / len(xs)
+    ax.plot(xs, ys, style, color=COLORS[mode], label=LABELS[mode])
+
+
+def latency_cdfs(path: Path, phases: dict[str, PhaseResult], workers: int) -> None:
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for ax, kind in zip(axes, ("iteration", "push", "pull")):
+        for mode, phase in phases.items():
+            vals = [
+                float(r["latency_us"]) / 1000
+                for r in worker_rows(phase, workers)
+                if r["kind"] == kind
+            ]
+            _cdf(ax, vals, mode)
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{kind} latency (ms, log)")
+        ax.set_ylabel("fraction")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right")
+    fig.suptitle("Latency CDFs: server-only vs switch offload")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def ps_load(path: Path, summary: dict) -> None:
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for mode in ("server", "offload"):
+        series = summary["modes"][mode]["ps_packets_per_iteration"]
+        ax.plot(
+            range(1, len(series) + 1),
+            series,
+            marker="o",
+            ms=3,
+            color=COLORS[mode],
+            label=LABELS[mode],
+        )
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("worker packets reaching the PS")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title("PS load per iteration")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def skew(path: Path, freq_files: list[Path], hot: dict) -> None:
+    counts: dict[int, int] = {}
+    for f in freq_files:
+        freq = read_frequency(f)
+        for key, n in zip(freq.keys.tolist(), freq.updates.tolist()):
+            counts[key] = counts.get(key, 0) + n
+    ranked = np.array(sorted(counts.values(), reverse=True), dtype=float)
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    if ranked.size:
+        ranks = np.arange(1, ranked.size + 1)
+        ax.loglog(ranks, ranked, color="black", lw=1, label="updates per key (warm-up)")
+        cum = np.cumsum(ranked) / ranked.sum()
+        ax2 = ax.twinx()
+        ax2.semilogx(ranks, cum * 100, color="tab:green", lw=1, label="cumulative share (%)")
+        ax2.set_ylabel("cumulative share of updates (%)")
+        ax2.set_ylim(0, 100)
+        n_hot = hot.get("keys", 0)
+        if n_hot:
+            ax.axvline(n_hot, color="tab:blue", ls="--")
+            ax.text(
+                n_hot,
+                ranked[0],
+                f" hot set: {n_hot} keys\n cover {hot['coverage']:.1%}",
+                color="tab:blue",
+                va="top",
+            )
+    ax.set_xlabel("key rank")
+    ax.set_ylabel("updates")
+    ax.set_title("Update-frequency skew and the hot set")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def dissection(path: Path, summary: dict) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=False)
+    parts = (
+        ("mean_ps_queueing_us", "PS queueing", "tab:orange"),
+        ("mean_ps_service_us", "PS service", "tab:purple"),
+        ("mean_network_and_switch_us", "network + switch", "tab:gray"),
+    )
+    for ax, kind in zip(axes, ("push", "pull")):
+        bottom = np.zeros(2)
+        for key, label, color in parts:
+            vals = np.array(
+                [
+                    summary["modes"][m]["latency_dissection"][kind][key] or 0.0
+                    for m in ("server", "offload")
+                ]
+            )
+            ax.bar(
+                [LABELS["server"], LABELS["offload"]], vals, bottom=bottom, color=color, label=label
+            )
+            bottom += vals
+        ax.set_ylabel(f"mean {kind} latency (us)")
+        ax.set_title(f"{kind}: where the time goes")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def make_plots(run_dir: Path, summary: dict, phases: dict[str, PhaseResult], workers: int) -> None:
+    measured = {m: phases[m] for m in ("server", "offload")}
+    latency_cdfs(run_dir / "latency_cdf.png", measured, workers)
+    ps_load(run_dir / "ps_load.png", summary)
+    warm = phases.get("warmup")
+    if warm is not None:
+        skew(run_dir / "skew.png", sorted(warm.dir.glob("freq*.csv")), summary["hot_set"])
+    dissection(run_dir / "latency_dissection.png", summary)

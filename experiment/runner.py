@@ -1,0 +1,341 @@
+"""Runs the experiment: network up, forwarding, warm-up, server-only and offloaded phases.
+
+Every phase starts from a freshly pushed pipeline (which clears the switches' tables,
+registers and counters on both targets), so the two measured phases see identical switch
+state apart from the hot keys, and run the same workload with the same seed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hosts.protocol import HOTAGG_PORT, Stat
+from topologies.switches import REPO_ROOT
+
+P4INFO = REPO_ROOT / "p4src" / "hotagg.p4info.txtpb"
+BMV2_JSON = REPO_ROOT / "build" / "hotagg.json"
+JOB_ID = 1
+
+
+class ExperimentError(RuntimeError):
+    """The run cannot go on; the message says why and what to do."""
+
+
+@dataclass
+class RunConfig:
+    target: str = "embedded"
+    topo: Path = REPO_ROOT / "topologies" / "star.json"
+    workers: int = 4
+    iterations: int = 20
+    skew: float = 1.1
+    keys: int = 100_000
+    keys_per_iter: int = 256
+    hot_slots: int = 256
+    loss: float = 0.0
+    seed: int = 1
+    workload: str = "zipf"
+    warmup: int = 5
+    runs_dir: Path = REPO_ROOT / "runs"
+    grpc_base_port: int = 50051
+    phase_timeout: float = 600.0
+    extra_workload_args: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["topo"], d["runs_dir"] = str(self.topo), str(self.runs_dir)
+        return d
+
+
+@dataclass
+class PhaseResult:
+    name: str
+    dir: Path
+    seconds: float
+    worker_summaries: list[dict]
+    ps_summaries: list[dict]
+    switch_stats: dict[str, dict[str, int]]  # switch -> stat name -> packets
+
+
+def say(msg: str) -> None:
+    print(f"hotagg: {msg}", flush=True)
+
+
+class Experiment:
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.net: Any = None
+        self.clients: dict[str, Any] = {}
+        self.p4info: Any = None
+        self.topo_dict: dict = {}
+        self.run_dir = Path()
+
+    # --- set-up ---
+
+    def preflight(self) -> None:
+        from topologies.network import missing_prerequisites
+        from topologies.switches import bmv2_missing
+        from topologies.topology import load_topology
+
+        if os.geteuid() != 0:
+            raise ExperimentError("make run needs root (Mininet namespaces): sudo make run")
+        if why := missing_prerequisites():
+            raise ExperimentError(why)
+        if self.cfg.target == "bmv2" and (why := bmv2_missing()):
+            raise ExperimentError(f"TARGET=bmv2: {why}; use TARGET=embedded")
+        if not 0.0 <= self.cfg.loss < 1.0:
+            raise ExperimentError(f"LOSS={self.cfg.loss} must be in [0, 1)")
+        self.topology = load_topology(self.cfg.topo)
+        workers = self.topology.workers
+        if not 1 <= self.cfg.workers <= len(workers):
+            raise ExperimentError(
+                f"WORKERS={self.cfg.workers}, but {self.cfg.topo} has {len(workers)} worker hosts"
+            )
+        if not self.topology.parameter_servers:
+            raise ExperimentError(f"{self.cfg.topo} has no host with role 'ps'")
+        for ps in self.topology.parameter_servers:
+            if self.topology.service_ip_for(ps.name) is None:
+                raise ExperimentError(f"the switch of PS {ps.name} does not aggregate")
+
+    def make_run_dir(self) -> Path:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_dir = self.cfg.runs_dir / f"{stamp}-{self.cfg.target}-seed{self.cfg.seed}"
+        run_dir.mkdir(parents=True, exist_ok=False)
+        latest = self.cfg.runs_dir / "latest"
+        if latest.is_symlink() or latest.exists():
+            latest.unlink()
+        latest.symlink_to(run_dir.name)
+        self.run_dir = run_dir
+        return run_dir
+
+    def start(self) -> None:
+        from controller.client import SwitchClient
+        from controller.forwarding import load_topology as load_topo_dict
+        from controller.p4info import P4Info
+        from topologies.network import start_network
+
+        self.p4info = P4Info.from_file(P4INFO)
+        self.topo_dict = load_topo_dict(self.cfg.topo)
+        self.device_config = b""
+        if self.cfg.target == "bmv2":
+            subprocess.run(["make", "-s", "-C", str(REPO_ROOT), "build"], check=True)
+            self.device_config = BMV2_JSON.read_bytes()
+        say(f"starting {self.cfg.topo.name} with {self.cfg.target} switches ...")
+        self.net = start_network(
+            self.topology,
+            self.cfg.target,
+            grpc_base_port=self.cfg.grpc_base_port,
+            run_id=self.run_dir.name,
+            log_dir=self.run_dir / "switch-logs",
+            seed=self.cfg.seed,
+        )
+        for name, addr in self.net.grpc_addrs.items():
+            self.clients[name] = SwitchClient(addr, self.net.device_ids[name], wait=10.0).connect()
+        say(
+            "network up; P4Runtime: "
+            + ", ".join(f"{n} {a}" for n, a in self.net.grpc_addrs.items())
+        )
+
+    def configure(self, hot_keys: list[int] | None) -> None:
+        """Fresh pipeline on every switch, routes, the job, the drop rate, and hot keys on
+        the aggregating switches."""
+        from controller.drop_sim import DropSim
+        from controller.forwarding import Forwarding, compute_routes
+        from controller.hot_keys import HotKeys
+        from controller.jobs import Jobs
+
+        for name, client in self.clients.items():
+            client.set_pipeline(self.p4info.message, self.device_config)
+            Forwarding(client, self.p4info).install(compute_routes(self.topo_dict, name))
+            job = Jobs(client, self.p4info).add(JOB_ID, self.cfg.hot_slots)
+            DropSim(client, self.p4info).set(self.cfg.loss)
+            if hot_keys and self.topology.switches[name].aggregate:
+                HotKeys(client, self.p4info).install(job, hot_keys)
+
+    def switch_stats(self) -> dict[str, dict[str, int]]:
+        from controller.stats import Stats
+
+        out = {}
+        for name, client in self.clients.items():
+            cells = Stats(client, self.p4info).read()
+            out[name] = {c.name: c.packets for c in cells if c.index < len(Stat)}
+        return out
+
+    # --- phases ---
+
+    def _python(self, module: str, *args: str) -> list[str]:
+        return [sys.executable, "-m", module, *args]
+
+    def _spawn(self, host: str, argv: list[str], err: Path) -> subprocess.Popen:
+        """Start `argv` inside Mininet host `host`; stdout is piped, stderr goes to `err`."""
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
+        with open(err, "w") as err_file:  # the child keeps its own descriptor
+            return self.net.host(host).popen(
+                argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=err_file, text=True
+            )
+
+    def run_phase(
+        self, name: str, iterations: int, collect: bool, stream_offset: int = 0
+    ) -> PhaseResult:
+        cfg = self.cfg
+        pdir = self.run_dir / name
+        pdir.mkdir()
+        ps_hosts = self.topology.parameter_servers
+        shards = len(ps_hosts)
+        ps_addrs = ",".join(f"{h.ip}:{HOTAGG_PORT}" for h in ps_hosts)
+        deadline = str(int(cfg.phase_timeout))
+        procs: list[tuple[str, subprocess.Popen]] = []
+        workload = [
+            "--workload",
+            cfg.workload,
+            "--keys",
+            str(cfg.keys),
+            "--skew",
+            str(cfg.skew),
+            "--seed",
+            str(cfg.seed),
+            "--stream-offset",
+            str(stream_offset),
+            "--keys-per-iter",
+            str(cfg.keys_per_iter),
+            *cfg.extra_workload_args,
+        ]
+        try:
+            for i, host in enumerate(ps_hosts):
+                argv = self._python(
+                    "hosts.ps",
+                    "--job",
+                    str(JOB_ID),
+                    "--workers",
+                    str(cfg.workers),
+                    "--keys",
+                    str(cfg.keys),
+                    "--iterations",
+                    str(iterations),
+                    "--bind",
+                    f"{host.ip}:{HOTAGG_PORT}",
+                    "--shard",
+                    f"{i}/{shards}",
+                    "--log",
+                    str(pdir / f"ps{i}.csv"),
+                    "--freq",
+                    str(pdir / f"freq{i}.csv"),
+                    "--params",
+                    str(pdir / f"params{i}.npy"),
+                    "--summary",
+                    str(pdir / f"ps{i}.json"),
+                    "--deadline",
+                    deadline,
+                )
+                if collect:
+                    argv += [
+                        "--collect",
+                        "--switch",
+                        str(self.topology.service_ip_for(host.name)),
+                        "--hot-slots",
+                        str(cfg.hot_slots),
+                    ]
+                proc = self._spawn(host.name, argv, pdir / f"ps{i}.err")
+                procs.append((f"ps{i}", proc))
+                line = proc.stdout.readline() if proc.stdout else ""
+                if "listening" not in line:
+                    raise ExperimentError(
+                        f"PS on {host.name} did not start: {line.strip()} "
+                        f"{(pdir / f'ps{i}.err').read_text().strip()}"
+                    )
+            workers = []
+            for w, host in enumerate(self.topology.workers[: cfg.workers]):
+                argv = self._python(
+                    "hosts.worker",
+                    "--job",
+                    str(JOB_ID),
+                    "--worker-id",
+                    str(w),
+                    "--ps",
+                    ps_addrs,
+                    "--iterations",
+                    str(iterations),
+                    "--bind",
+                    f"{host.ip}:0",
+                    "--log",
+                    str(pdir / f"w{w}.csv"),
+                    "--summary",
+                    str(pdir / f"w{w}.json"),
+                    "--deadline",
+                    deadline,
+                    "--progress",
+                    *workload,
+                )
+                proc = self._spawn(host.name, argv, pdir / f"w{w}.err")
+                procs.append((f"w{w}", proc))
+                workers.append(proc)
+            start = time.perf_counter()
+            self._follow(name, workers, iterations)
+            seconds = time.perf_counter() - start
+            for label, proc in procs:
+                rc = proc.wait(timeout=cfg.phase_timeout)
+                if rc != 0:
+                    err = (pdir / f"{label}.err").read_text().strip().splitlines()[-5:]
+                    raise ExperimentError(f"{name}: {label} exited with {rc}: " + " | ".join(err))
+        finally:
+            for _, proc in procs:
+                if proc.poll() is None:
+                    proc.terminate()
+                    try:
+                        proc.wait(5)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+        return PhaseResult(
+            name,
+            pdir,
+            seconds,
+            [json.loads((pdir / f"w{w}.json").read_text()) for w in range(cfg.workers)],
+            [json.loads((pdir / f"ps{i}.json").read_text()) for i in range(shards)],
+            self.switch_stats(),
+        )
+
+    def _follow(self, name: str, workers: list[subprocess.Popen], iterations: int) -> None:
+        """Show progress as the slowest worker's iteration; returns when all workers exit."""
+        done = {id(p): 0 for p in workers}
+        sel = selectors.DefaultSelector()
+        for p in workers:
+            assert p.stdout is not None
+            sel.register(p.stdout, selectors.EVENT_READ, p)
+        open_streams = len(workers)
+        shown = -1
+        tty = sys.stdout.isatty()
+        while open_streams:
+            for key, _ in sel.select(timeout=1.0):
+                line = key.fileobj.readline()  # type: ignore[union-attr]
+                if not line:
+                    sel.unregister(key.fileobj)
+                    open_streams -= 1
+                elif line.startswith("progress "):
+                    done[id(key.data)] = int(line.split()[1].split("/")[0])
+            slowest = min(done.values())
+            if slowest != shown and (tty or slowest in (iterations, 0) or slowest % 5 == 0):
+                bar = "#" * (20 * slowest // iterations)
+                end = "\r" if tty and slowest < iterations else "\n"
+                print(
+                    f"hotagg: {name:8s} [{bar:20s}] iteration {slowest}/{iterations}",
+                    end=end,
+                    flush=True,
+                )
+                shown = slowest
+
+    def stop(self) -> None:
+        for client in self.clients.values():
+            with contextlib.suppress(Exception):  # best effort on the way out
+                client.close()
+        self.clients.clear()
+        if self.net is not None:
+            self.net.stop()
+            self.net = None
