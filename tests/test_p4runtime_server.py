@@ -21,6 +21,7 @@ from hosts.protocol import HOTAGG_PORT, Entry, Hotagg, Op, Stat
 from softswitch import schema
 from softswitch.p4rt import P4RuntimeServer
 from softswitch.p4rt.errors import STATUS_DETAILS_KEY
+from softswitch.p4rt.wire import READ_CHUNK, READ_CHUNK_BYTES
 from softswitch.pipeline import Pipeline
 from softswitch.runtime import InlineDataplane
 
@@ -684,6 +685,9 @@ def test_large_read_is_chunked(ready):
     req.entities.add().table_entry.table_id = ids.table(HOT0)
     sizes = [len(r.entities) for r in sw.stub.Read(req)]
     assert len(sizes) >= 3 and sum(sizes) == 2500
+    assert max(sizes) <= READ_CHUNK
+    raw = raw_read(sw, req.entities[0].table_entry)
+    assert len(raw) == len(sizes) and max(map(len, raw)) <= READ_CHUNK_BYTES
 
 
 def test_concurrent_writes_and_packets(ready):
@@ -706,3 +710,249 @@ def test_concurrent_writes_and_packets(ready):
         th.join()
     assert len(sw.pipeline.tables[HOT0]) == 1000
     assert sw.sent.qsize() > 0
+
+
+# --- Read bytes and Write parsing: the hand-written wire code against protobuf ---
+
+
+def canon(v: int) -> bytes:
+    return v.to_bytes(max(1, (v.bit_length() + 7) // 8), "big")
+
+
+def ref_table_entity(sw, name: str, e, with_counters: bool, default: bool = False):
+    """The Entity the server built with protobuf messages before it wrote bytes itself."""
+    t, pt = sw.ids.tables[name], sw.pipeline.tables[name]
+    pos = {f.name: i for i, f in enumerate(pt.fields)}
+    ent = p4runtime_pb2.Entity()
+    te = ent.table_entry
+    te.table_id = t.preamble.id
+    if default:
+        te.is_default_action = True
+        action, params = pt.default()
+    else:
+        action, params = e.action, e.params
+        for mf in t.match_fields:
+            v = e.match[pos[mf.name]]
+            if mf.match_type == p4info_pb2.MatchField.EXACT:
+                te.match.add(field_id=mf.id).exact.value = canon(v)
+            elif v[1]:
+                fm = te.match.add(field_id=mf.id)
+                fm.lpm.value, fm.lpm.prefix_len = canon(v[0]), v[1]
+    a = sw.ids.actions[action]
+    te.action.action.action_id = a.preamble.id
+    by_name = dict(zip((p for p, _ in pt.actions[action].params), params))
+    for p in a.params:
+        te.action.action.params.add(param_id=p.id, value=canon(by_name[p.name]))
+    if with_counters and pt.has_direct_counter:
+        te.counter_data.packet_count = e.packets
+        te.counter_data.byte_count = e.bytes
+    return ent
+
+
+def raw_read(sw, *entities) -> list[bytes]:
+    """ReadResponse messages as the server sent them (not parsed)."""
+    call = sw.channel.unary_stream(
+        "/p4.v1.P4Runtime/Read",
+        request_serializer=p4runtime_pb2.ReadRequest.SerializeToString,
+        response_deserializer=None,
+    )
+    req = p4runtime_pb2.ReadRequest(device_id=0)
+    for ent in entities:
+        getattr(req.entities.add(), entity_field(ent)).CopyFrom(ent)
+    return list(call(req))
+
+
+def serialized(entities) -> bytes:
+    return p4runtime_pb2.ReadResponse(entities=entities).SerializeToString()
+
+
+def test_read_bytes_equal_protobuf_serialization(ready):
+    sw, ids = ready, ready.ids
+    pl = sw.pipeline
+    hot0, hot3 = pl.tables[HOT0], pl.tables[f"{P}lookup3.hot_keys"]
+    for job, key, off in ((0, 0, 0), (0xFFFF, 2**64 - 1, 2**32 - 1), (1, 200, 300)):
+        hot0.insert((job, key), f"{P}lookup0.set_slot", (off,))
+    hot3.insert((9, 1 << 40), f"{P}lookup3.set_slot", (127,))
+    hot0.set_direct_counter((1, 200), 2**63 - 1, 129)
+    hot3.set_direct_counter((9, 1 << 40), 5, 0)
+    lpm = pl.tables[f"{P}ipv4_lpm"]
+    lpm.insert(((0x0A000100, 24),), f"{P}ipv4_forward", (0x020000000002, 511))
+    lpm.insert(((0xFFFFFFFF, 32),), f"{P}send_to_cpu", ())
+    lpm.insert(((0, 0),), f"{P}drop", ())  # a /0 entry: its match field is omitted
+    pl.tables[f"{P}jobs"].insert((258,), f"{P}set_job", (3, 0, 1 << 20))
+    pl.tables[f"{P}drop_sim"].set_default(f"{P}set_drop_rate", (65536,))
+    names = [t.preamble.name for t in ids.info.tables]
+    for with_counters in (False, True):
+        req = p4runtime_pb2.TableEntry()
+        if with_counters:
+            req.counter_data.SetInParent()
+        want = [
+            ref_table_entity(sw, n, e, with_counters) for n in names for e in pl.tables[n].entries()
+        ]
+        assert b"".join(raw_read(sw, req)) == serialized(want)
+    defaults = [ref_table_entity(sw, n, None, False, default=True) for n in names]
+    got = raw_read(sw, p4runtime_pb2.TableEntry(is_default_action=True))
+    assert b"".join(got) == serialized(defaults)
+    one = hot_entry(ids, 0xFFFF, 2**64 - 1, None)
+    assert raw_read(sw, one) == [serialized([ref_table_entity(sw, HOT0, hot0.entries()[1], 0)])]
+    # direct counters of every table that has one
+    want = []
+    for n in names:
+        for e in pl.tables[n].entries() if pl.tables[n].has_direct_counter else ():
+            ent = p4runtime_pb2.Entity()
+            dce = ent.direct_counter_entry
+            dce.table_entry.CopyFrom(ref_table_entity(sw, n, e, False).table_entry)
+            dce.table_entry.ClearField("action")
+            dce.data.packet_count, dce.data.byte_count = e.packets, e.bytes
+            want.append(ent)
+    assert b"".join(raw_read(sw, p4runtime_pb2.DirectCounterEntry())) == serialized(want)
+    # counters and registers, with values of every size
+    stats = pl.counters[f"{P}stats"]
+    stats.write(0, 1, 2**63 - 1)  # CounterData's fields are int64
+    stats.write(31, 300, 0)
+    want = []
+    for i in range(stats.size):
+        ent = p4runtime_pb2.Entity()
+        ent.counter_entry.counter_id = ids.counter(f"{P}stats")
+        ent.counter_entry.index.index = i
+        ent.counter_entry.data.packet_count, ent.counter_entry.data.byte_count = stats.read(i)
+        want.append(ent)
+    assert b"".join(raw_read(sw, p4runtime_pb2.CounterEntry())) == serialized(want)
+    for reg, index, value in ((f"{P}agg_value", 7, -5), (f"{P}agg_key", 0, 2**64 - 1),
+                              (f"{P}cache_iter", 16383, 0)):  # fmt: skip
+        pl.registers[reg].write(index, value % (1 << pl.registers[reg].bitwidth))
+        req = p4runtime_pb2.RegisterEntry(register_id=ids.register(reg))
+        req.index.index = index
+        ent = p4runtime_pb2.Entity()
+        ent.register_entry.CopyFrom(req)
+        ent.register_entry.data.bitstring = canon(pl.registers[reg].read(index))
+        assert raw_read(sw, req) == [serialized([ent])]
+    stats.write(1, 2**63, 0)  # the state holds 64 bits, P4Runtime's int64 does not
+    with pytest.raises(grpc.RpcError) as e:
+        raw_read(sw, p4runtime_pb2.CounterEntry())
+    assert e.value.code() == grpc.StatusCode.OUT_OF_RANGE
+
+
+def test_chunks_bound_count_and_bytes():
+    from softswitch.p4rt.wire import chunks
+
+    items = [bytes([i]) * (1 + i % 7) for i in range(50)]
+    out = list(chunks(iter(items), max_count=4, max_bytes=12))
+    assert b"".join(out) == b"".join(items)
+    assert all(len(m) <= 12 for m in out) and len(out) >= 50 // 4
+    assert list(chunks(iter([b"x" * 30]), max_bytes=12)) == [b"x" * 30]  # one big entity
+    assert list(chunks(iter([]))) == [b""]  # an empty read still answers once
+
+
+def write_requests(ids: Ids) -> list[bytes]:
+    """WriteRequests of many shapes, as bytes, including odd but valid encodings."""
+    WR = p4runtime_pb2.WriteRequest
+    out = []
+
+    def req(updates, **kw) -> WR:
+        r = WR(**kw)
+        for kind, entity in updates:
+            getattr(r.updates.add(type=kind).entity, entity_field(entity)).CopyFrom(entity)
+        return r
+
+    ternary = hot_entry(ids, 1, 2, 3)
+    ternary.match[0].ClearField("exact")
+    ternary.match[0].ternary.value, ternary.match[0].ternary.mask = b"\x01", b"\xff"
+    empty_action = hot_entry(ids, 1, 2, None)
+    empty_action.action.SetInParent()
+    member = hot_entry(ids, 1, 2, None)
+    member.action.action_profile_member_id = 4
+    default = p4runtime_pb2.TableEntry(table_id=ids.table(f"{P}drop_sim"), is_default_action=True)
+    counted = hot_entry(ids, 1, 5, 6)
+    counted.counter_data.packet_count, counted.counter_data.byte_count = 2**63 - 1, 3
+    no_kind = hot_entry(ids, 1, 2, 3)
+    no_kind.match[1].ClearField("exact")
+    ce = p4runtime_pb2.CounterEntry(counter_id=ids.counter(f"{P}stats"))
+    ce.index.index = 3
+    shapes = [
+        [(Update.INSERT, hot_entry(ids, 1, k, k & 0xFFFF)) for k in (0, 1, 2**64 - 1)],
+        [(Update.DELETE, hot_entry(ids, 7, 8, None)), (Update.MODIFY, counted)],
+        [(Update.INSERT, route_entry(ids, bytes([10, 0, 1, 0]), 24, 2))],
+        [(Update.MODIFY, default), (Update.INSERT, ternary), (Update.INSERT, no_kind)],
+        [(Update.INSERT, empty_action), (Update.INSERT, member), (Update.MODIFY, ce)],
+        [
+            (Update.UNSPECIFIED, hot_entry(ids, 1, 2, 3)),
+            (Update.INSERT, p4runtime_pb2.TableEntry()),
+        ],
+        [(Update.INSERT, hot_entry(ids, 1, 2, 3, priority=5, metadata=b"m"))],
+    ]
+    for updates in shapes:
+        r = req(updates)
+        r.election_id.high, r.election_id.low = 1, 2**64 - 1
+        out.append(r.SerializeToString())
+    out.append(req(shapes[0], role="r\u00e9le", atomicity=WR.ROLLBACK_ON_ERROR).SerializeToString())
+    out.append(req([]).SerializeToString())
+    out.append(b"")
+    # protobuf merges concatenated messages: the last scalar wins, repeated fields add up
+    out.append(out[0] + req([], device_id=3).SerializeToString() + out[2])
+    out.append(out[1] + b"\x0a\x01\xff")  # device_id with the wrong wire type: unknown field
+    out.append(out[2] + b"\x32\x02\xc3\x28")  # a role that is not UTF-8
+    return out
+
+
+def test_write_parser_reads_what_protobuf_reads(p4info):
+    import random
+
+    from softswitch.p4rt.parse import Fallback, parse_write_request, write_in
+
+    ids = Ids(p4info)
+    fast = 0
+    cases = write_requests(ids)
+    rng = random.Random(5)
+    for _ in range(3000):  # corrupted copies: truncated, flipped, spliced bytes
+        data = bytearray(rng.choice(cases[:7]))
+        if not data:
+            continue
+        i = rng.randrange(len(data))
+        op = rng.randrange(3)
+        if op == 0:
+            data[i] = rng.randrange(256)
+        elif op == 1:
+            del data[i:]
+        else:
+            data[i:i] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 4)))
+        cases.append(bytes(data))
+    for data in cases:
+        try:
+            want = write_in(p4runtime_pb2.WriteRequest.FromString(data))
+        except Exception:
+            want = None
+        try:
+            got = parse_write_request(data)
+        except Fallback:
+            continue
+        assert want is not None, f"protobuf rejects {data.hex()}, the parser accepted it"
+        assert got == want, data.hex()
+        fast += 1
+    assert fast > 100  # the fast path is the one normally taken
+    for data in write_requests(ids)[:3]:
+        parse_write_request(data)  # the common shapes never need protobuf
+
+
+def test_writes_protobuf_must_parse_get_the_same_answers(ready):
+    """Requests the fast parser hands to protobuf are answered as before."""
+    sw, ids = ready, ready.ids
+    call = sw.channel.unary_unary("/p4.v1.P4Runtime/Write")  # bytes in, bytes out
+    with pytest.raises(grpc.RpcError) as e:
+        call(b"\x22\x05\x01")  # truncated
+    assert e.value.code() == grpc.StatusCode.INTERNAL
+    assert e.value.details() == "Exception deserializing request!"
+    req = p4runtime_pb2.WriteRequest(device_id=0)
+    req.election_id.low = 1
+    entry = hot_entry(ids, 1, 2, 3, metadata=b"opaque")  # a field the server ignores
+    req.updates.add(type=Update.INSERT).entity.table_entry.CopyFrom(entry)
+    bad = req.updates.add(type=Update.INSERT).entity.table_entry
+    bad.CopyFrom(hot_entry(ids, 1, 4, 3))
+    bad.match[0].ClearField("exact")
+    bad.match[0].range.low, bad.match[0].range.high = b"\x00", b"\x01"
+    with pytest.raises(grpc.RpcError) as e:
+        call(req.SerializeToString() + b"\x08\x00")  # device_id again: the last one counts
+    errs = batch_errors(e.value)
+    assert [x.canonical_code for x in errs] == [code_pb2.OK, code_pb2.INVALID_ARGUMENT]
+    assert "job_id is exact, got range" in errs[1].message
+    assert sw.pipeline.tables[HOT0].get((1, 2)).params == (3,)

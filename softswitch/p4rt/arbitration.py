@@ -120,14 +120,15 @@ class Arbiter:
             live = self._roles.get(role)
             return live[0] if live else None
 
-    def check_writer(self, role: str, election: p4runtime_pb2.Uint128 | None) -> None:
-        """PERMISSION_DENIED unless `election` is the primary's (PI: no stream, no id -> ok)."""
+    def check_writer(self, role: str, election: int | None) -> None:
+        """PERMISSION_DENIED unless `election` (None if unset) is the primary's (PI: no
+        stream, no id -> ok)."""
         with self._lock:
             live = self._roles.get(role)
             if not live:
                 if election is None:
                     return
                 raise P4RTError(grpc.StatusCode.PERMISSION_DENIED, "not primary (no stream open)")
-            given = 0 if election is None else election_int(election)  # unset reads as 0
+            given = 0 if election is None else election  # unset reads as 0
             if given != live[0].election_id:
                 raise P4RTError(grpc.StatusCode.PERMISSION_DENIED, "not primary")

@@ -12,6 +12,8 @@ from typing import Any
 
 from p4.config.v1 import p4info_pb2
 
+from softswitch.p4rt.wire import TableEncoder
+
 MATCH_KINDS = {p4info_pb2.MatchField.EXACT: "exact", p4info_pb2.MatchField.LPM: "lpm"}
 
 
@@ -41,6 +43,7 @@ class TableBinding:
     fields: list[FieldBinding]  # P4Info order
     field_by_id: dict[int, FieldBinding]
     direct_counter_id: int = 0
+    encoder: TableEncoder | None = None  # serializes read results; set by bind()
 
 
 @dataclass
@@ -109,6 +112,14 @@ def _bind_table(t: p4info_pb2.Table, table: Any, problems: list[str]) -> TableBi
     )
 
 
+def _encoder(tb: TableBinding, b: Binding) -> TableEncoder:
+    # every action the P4Info knows, by name; an entry whose action is missing is an
+    # internal error, reported when it is read
+    actions = {a.name: (aid, [pid for pid, _ in a.params]) for aid, a in b.actions.items()}
+    fields = [(f.position, f.kind, f.id) for f in tb.fields]
+    return TableEncoder(tb.id, fields, actions)
+
+
 def bind(p4info: p4info_pb2.P4Info, pipeline: Any) -> Binding:
     """Binding of `p4info` to `pipeline`; raises BindingError listing what does not fit."""
     problems: list[str] = []
@@ -129,6 +140,8 @@ def bind(p4info: p4info_pb2.P4Info, pipeline: Any) -> Binding:
             elif ref.id not in b.actions:
                 b.actions[ref.id] = _bind_action(a, table.actions[a.preamble.name], problems)
     b.action_ids = {a.name: aid for aid, a in b.actions.items()}
+    for tb in b.tables.values():
+        tb.encoder = _encoder(tb, b)
     for c in p4info.counters:
         counter = pipeline.counters.get(c.preamble.name)
         if counter is None:

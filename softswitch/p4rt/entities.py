@@ -4,25 +4,33 @@ Follows PI/BMv2's rules where the spec leaves a choice (so one controller sees t
 answers from both targets): an omitted LPM field is a wildcard, an explicit prefix length 0
 is rejected, INSERT/DELETE of the default entry are rejected, a default-entry MODIFY without
 an action resets the initial default action, counter DELETE resets the cell to 0.
+
+Writes take table entries as parse.EntryIn (from the fast wire parser or from a protobuf
+message). Reads run in two steps: `read_entity` checks the request and takes a snapshot of
+the state (call it under the server's lock); the snapshot then yields each entity already
+serialized (wire.py), lazily, so a large read is encoded while it streams.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import grpc
-from p4.v1 import p4data_pb2, p4runtime_pb2
+from p4.v1 import p4runtime_pb2
 
 from softswitch import state
+from softswitch.p4rt import wire
 from softswitch.p4rt.binding import Binding, TableBinding
-from softswitch.p4rt.codec import decode, encode
+from softswitch.p4rt.codec import decode
 from softswitch.p4rt.errors import P4RTError, from_state_error
+from softswitch.p4rt.parse import NOT_DIRECT, EntryIn, entry_in
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED
 Update = p4runtime_pb2.Update
-Entity = p4runtime_pb2.Entity
+_INSERT, _MODIFY, _DELETE = Update.INSERT, Update.MODIFY, Update.DELETE
 
 
 def _state_call(fn: Any, *args: Any) -> Any:
@@ -33,7 +41,7 @@ def _state_call(fn: Any, *args: Any) -> Any:
         raise from_state_error(exc) from exc
 
 
-# ---------------------------------------------------------------- proto -> pipeline
+# ---------------------------------------------------------------- request -> pipeline
 
 
 def _table(b: Binding, table_id: int) -> TableBinding:
@@ -43,29 +51,27 @@ def _table(b: Binding, table_id: int) -> TableBinding:
     return tb
 
 
-def _match(tb: TableBinding, entry: p4runtime_pb2.TableEntry) -> tuple:
+def _match(tb: TableBinding, entry: EntryIn) -> tuple:
     values: list[Any] = [None] * len(tb.table.fields)
-    for fm in entry.match:
-        f = tb.field_by_id.get(fm.field_id)
+    for field_id, which, raw, plen in entry.matches:
+        f = tb.field_by_id.get(field_id)
         if f is None:
-            raise P4RTError(INVALID, f"{tb.name}: no match field with id {fm.field_id}")
+            raise P4RTError(INVALID, f"{tb.name}: no match field with id {field_id}")
         if values[f.position] is not None:
             raise P4RTError(INVALID, f"{tb.name}: match field {f.name} given twice")
-        which = fm.WhichOneof("field_match_type")
         if which != f.kind:
             raise P4RTError(INVALID, f"{tb.name}: field {f.name} is {f.kind}, got {which}")
         what = f"{tb.name} field {f.name}"
-        if f.kind == "exact":
-            values[f.position] = decode(fm.exact.value, f.bitwidth, what)
+        if which == "exact":
+            values[f.position] = decode(raw, f.bitwidth, what)
             continue
-        plen = fm.lpm.prefix_len
         if not 1 <= plen <= f.bitwidth:
             raise P4RTError(
                 INVALID,
                 f"{what}: prefix length {plen} not in 1..{f.bitwidth} "
                 "(omit the field for a wildcard)",
             )
-        value = decode(fm.lpm.value, f.bitwidth, what)
+        value = decode(raw, f.bitwidth, what)
         if value & ((1 << (f.bitwidth - plen)) - 1):
             raise P4RTError(INVALID, f"{what}: bits set beyond the /{plen} prefix")
         values[f.position] = (value, plen)
@@ -77,55 +83,54 @@ def _match(tb: TableBinding, entry: p4runtime_pb2.TableEntry) -> tuple:
     return tuple(values)
 
 
-def _action(b: Binding, tb: TableBinding, ta: p4runtime_pb2.TableAction) -> tuple[str, tuple]:
-    if ta.WhichOneof("type") != "action":
+def _action(b: Binding, tb: TableBinding, action: Any) -> tuple[str, tuple]:
+    if action == NOT_DIRECT:
         raise P4RTError(UNIMPLEMENTED, f"{tb.name}: only direct actions are supported")
-    action = ta.action
-    ab = b.actions.get(action.action_id)
+    action_id, given = action
+    ab = b.actions.get(action_id)
     if ab is None or ab.name not in tb.table.actions:
-        raise P4RTError(INVALID, f"{tb.name}: action id {action.action_id:#x} not in this table")
+        raise P4RTError(INVALID, f"{tb.name}: action id {action_id:#x} not in this table")
     params: list[int | None] = [None] * len(ab.params)
-    for p in action.params:
-        i = ab.param_index.get(p.param_id)
+    for param_id, raw in given:
+        i = ab.param_index.get(param_id)
         if i is None:
-            raise P4RTError(INVALID, f"{ab.name}: no parameter with id {p.param_id}")
+            raise P4RTError(INVALID, f"{ab.name}: no parameter with id {param_id}")
         if params[i] is not None:
-            raise P4RTError(INVALID, f"{ab.name}: parameter id {p.param_id} given twice")
-        params[i] = decode(p.value, ab.params[i][1], f"{ab.name} parameter {p.param_id}")
+            raise P4RTError(INVALID, f"{ab.name}: parameter id {param_id} given twice")
+        params[i] = decode(raw, ab.params[i][1], f"{ab.name} parameter {param_id}")
     if any(v is None for v in params):
         raise P4RTError(INVALID, f"{ab.name}: expects {len(params)} parameters")
     return ab.name, tuple(params)
 
 
-def _write_table(b: Binding, kind: int, entry: p4runtime_pb2.TableEntry) -> None:
+def _write_table(b: Binding, kind: int, entry: EntryIn) -> None:
     tb = _table(b, entry.table_id)
     table = tb.table
     if entry.priority:
         raise P4RTError(INVALID, f"{tb.name}: priority must be 0 (no ternary/range fields)")
-    if entry.is_default_action:
-        if kind != Update.MODIFY:
+    if entry.is_default:
+        if kind != _MODIFY:
             raise P4RTError(INVALID, f"{tb.name}: only MODIFY is allowed for the default entry")
-        if entry.match:
+        if entry.matches:
             raise P4RTError(INVALID, f"{tb.name}: default entry with a match key")
-        if entry.HasField("action"):
+        if entry.action is not None:
             _state_call(table.set_default, *_action(b, tb, entry.action))
         else:
             _state_call(table.reset_default)
         return
     match = _match(tb, entry)
-    if kind == Update.DELETE:
+    if kind == _DELETE:
         _state_call(table.delete, match)
         return
-    if not entry.HasField("action"):
+    if entry.action is None:
         raise P4RTError(INVALID, f"{tb.name}: 'action' must be set")
     name, params = _action(b, tb, entry.action)
-    if kind == Update.INSERT:
+    if kind == _INSERT:
         _state_call(table.insert, match, name, params)
     else:
         _state_call(table.modify, match, name, params)
-    if entry.HasField("counter_data") and table.has_direct_counter:
-        cd = entry.counter_data
-        _state_call(table.set_direct_counter, match, cd.packet_count, cd.byte_count)
+    if entry.counters is not None and table.has_direct_counter:
+        _state_call(table.set_direct_counter, match, *entry.counters)
 
 
 def _index(msg: Any, what: str) -> int:
@@ -140,25 +145,26 @@ def _write_counter(b: Binding, kind: int, ce: p4runtime_pb2.CounterEntry) -> Non
     counter = b.counters.get(ce.counter_id)
     if counter is None:
         raise P4RTError(INVALID, f"unknown (indirect) counter id {ce.counter_id:#x}")
-    if kind == Update.INSERT:
+    if kind == _INSERT:
         raise P4RTError(INVALID, f"{counter.name}: INSERT is not allowed for counters")
     index = _index(ce, counter.name)
-    if kind == Update.MODIFY:
+    if kind == _MODIFY:
         _state_call(counter.write, index, ce.data.packet_count, ce.data.byte_count)
     else:
         _state_call(counter.write, index, 0, 0)
 
 
 def _write_direct_counter(b: Binding, kind: int, dce: p4runtime_pb2.DirectCounterEntry) -> None:
-    tb = _table(b, dce.table_entry.table_id)
+    te = entry_in(dce.table_entry)
+    tb = _table(b, te.table_id)
     if not tb.table.has_direct_counter:
         raise P4RTError(INVALID, f"{tb.name} has no direct counter")
-    if kind == Update.INSERT:
+    if kind == _INSERT:
         raise P4RTError(INVALID, f"{tb.name}: INSERT is not allowed for direct counters")
-    if dce.table_entry.is_default_action:
+    if te.is_default:
         raise P4RTError(UNIMPLEMENTED, f"{tb.name}: the default entry has no direct counter")
-    match = _match(tb, dce.table_entry)
-    data = dce.data if kind == Update.MODIFY else p4runtime_pb2.CounterData()
+    match = _match(tb, te)
+    data = dce.data if kind == _MODIFY else p4runtime_pb2.CounterData()
     _state_call(tb.table.set_direct_counter, match, data.packet_count, data.byte_count)
 
 
@@ -166,7 +172,7 @@ def _write_register(b: Binding, kind: int, re: p4runtime_pb2.RegisterEntry) -> N
     register = b.registers.get(re.register_id)
     if register is None:
         raise P4RTError(INVALID, f"unknown register id {re.register_id:#x}")
-    if kind != Update.MODIFY:
+    if kind != _MODIFY:
         raise P4RTError(INVALID, f"{register.name}: only MODIFY is allowed for registers")
     index = _index(re, register.name)
     if re.data.WhichOneof("data") != "bitstring":
@@ -175,48 +181,28 @@ def _write_register(b: Binding, kind: int, re: p4runtime_pb2.RegisterEntry) -> N
     _state_call(register.write, index, value)
 
 
-def write_update(b: Binding, update: p4runtime_pb2.Update) -> None:
-    """Apply one update; raises P4RTError with the update's canonical code."""
-    kind = update.type
-    if kind not in (Update.INSERT, Update.MODIFY, Update.DELETE):
+def write_update(b: Binding, kind: int, entity: EntryIn | p4runtime_pb2.Entity) -> None:
+    """Apply one update (a table entry as EntryIn, anything else as its protobuf Entity);
+    raises P4RTError with the update's canonical code."""
+    if kind not in (_INSERT, _MODIFY, _DELETE):
         raise P4RTError(INVALID, "update type is not set")
-    which = update.entity.WhichOneof("entity")
-    if which == "table_entry":
-        _write_table(b, kind, update.entity.table_entry)
-    elif which == "counter_entry":
-        _write_counter(b, kind, update.entity.counter_entry)
+    if isinstance(entity, EntryIn):
+        _write_table(b, kind, entity)
+        return
+    which = entity.WhichOneof("entity")
+    if which == "counter_entry":
+        _write_counter(b, kind, entity.counter_entry)
     elif which == "direct_counter_entry":
-        _write_direct_counter(b, kind, update.entity.direct_counter_entry)
+        _write_direct_counter(b, kind, entity.direct_counter_entry)
     elif which == "register_entry":
-        _write_register(b, kind, update.entity.register_entry)
+        _write_register(b, kind, entity.register_entry)
     elif which == "packet_replication_engine_entry":
         raise P4RTError(UNIMPLEMENTED, "the hotagg pipeline uses no multicast groups or clones")
     else:
         raise P4RTError(UNIMPLEMENTED, f"{which or 'empty entity'}: not supported")
 
 
-# ---------------------------------------------------------------- pipeline -> proto
-
-
-def _match_proto(tb: TableBinding, match: tuple, out: p4runtime_pb2.TableEntry) -> None:
-    for f in tb.fields:
-        v = match[f.position]
-        if f.kind == "exact":
-            out.match.add(field_id=f.id).exact.value = encode(v)
-        elif v[1]:  # a /0 prefix is a wildcard: the field is omitted
-            fm = out.match.add(field_id=f.id)
-            fm.lpm.value = encode(v[0])
-            fm.lpm.prefix_len = v[1]
-
-
-def _action_proto(b: Binding, name: str, params: tuple, out: p4runtime_pb2.TableEntry) -> None:
-    aid = b.action_ids.get(name)
-    if aid is None:
-        raise P4RTError(grpc.StatusCode.INTERNAL, f"action {name} is not in the P4Info")
-    action = out.action.action
-    action.action_id = aid
-    for (pid, _), v in zip(b.actions[aid].params, params):
-        action.params.add(param_id=pid, value=encode(v))
+# ---------------------------------------------------------------- pipeline -> bytes
 
 
 def _tables_for(b: Binding, te: p4runtime_pb2.TableEntry) -> list[TableBinding]:
@@ -227,51 +213,50 @@ def _tables_for(b: Binding, te: p4runtime_pb2.TableEntry) -> list[TableBinding]:
     return [_table(b, te.table_id)]
 
 
-def _entries(tb: TableBinding, te: p4runtime_pb2.TableEntry) -> list[Any]:
+def _entries(tb: TableBinding, te: p4runtime_pb2.TableEntry) -> list[state.TableEntry]:
     if te.match:
-        return [_state_call(tb.table.get, _match(tb, te))]
+        return [_state_call(tb.table.get, _match(tb, entry_in(te)))]
     return tb.table.entries()
 
 
-def _read_tables(b: Binding, req: p4runtime_pb2.TableEntry) -> Iterator[Entity]:
+def _check_actions(tb: TableBinding, names: Iterable[str]) -> None:
+    missing = set(names) - tb.encoder.actions.keys()
+    if missing:
+        name = min(missing)
+        raise P4RTError(grpc.StatusCode.INTERNAL, f"action {name} is not in the P4Info")
+
+
+def _read_tables(b: Binding, req: p4runtime_pb2.TableEntry) -> Iterator[bytes]:
     with_counters = req.HasField("counter_data")
+    out: list[Iterator[bytes]] = []
     for tb in _tables_for(b, req):
+        enc = tb.encoder
         if req.is_default_action:
-            ent = Entity()
-            out = ent.table_entry
-            out.table_id = tb.id
-            out.is_default_action = True
-            _action_proto(b, *tb.table.default(), out)
-            yield ent
+            name, params = tb.table.default()
+            _check_actions(tb, (name,))
+            out.append(iter((enc.default_entry(name, params),)))
             continue
-        for e in _entries(tb, req):
-            ent = Entity()
-            out = ent.table_entry
-            out.table_id = tb.id
-            _match_proto(tb, e.match, out)
-            _action_proto(b, e.action, e.params, out)
-            if with_counters and tb.table.has_direct_counter:
-                out.counter_data.packet_count = e.packets
-                out.counter_data.byte_count = e.bytes
-            yield ent
+        entries = _entries(tb, req)
+        _check_actions(tb, {e.action for e in entries})
+        out.append(_encode(enc, entries, with_counters and tb.table.has_direct_counter))
+    return itertools.chain.from_iterable(out)
 
 
-def _read_direct_counters(b: Binding, req: p4runtime_pb2.DirectCounterEntry) -> Iterator[Entity]:
+def _encode(enc: wire.TableEncoder, entries: list[state.TableEntry], counters: bool) -> Iterator:
+    if counters:
+        return (enc.entry(e.match, e.action, e.params, (e.packets, e.bytes)) for e in entries)
+    return (enc.entry(e.match, e.action, e.params, None) for e in entries)
+
+
+def _read_direct_counters(b: Binding, req: p4runtime_pb2.DirectCounterEntry) -> Iterator[bytes]:
     te = req.table_entry
     if te.is_default_action:
         raise P4RTError(UNIMPLEMENTED, "the default entry has no direct counter")
     tables = [tb for tb in _tables_for(b, te) if tb.table.has_direct_counter]
     if te.table_id and not tables:
         raise P4RTError(INVALID, f"table id {te.table_id:#x} has no direct counter")
-    for tb in tables:
-        for e in _entries(tb, te):
-            ent = Entity()
-            out = ent.direct_counter_entry
-            out.table_entry.table_id = tb.id
-            _match_proto(tb, e.match, out.table_entry)
-            out.data.packet_count = e.packets
-            out.data.byte_count = e.bytes
-            yield ent
+    snap = [(tb.encoder, _entries(tb, te)) for tb in tables]
+    return (enc.direct_counter(e.match, e.packets, e.bytes) for enc, es in snap for e in es)
 
 
 def _indexes(msg: Any, size: int, what: str) -> range:
@@ -285,7 +270,7 @@ def _indexes(msg: Any, size: int, what: str) -> range:
     return range(i, i + 1)
 
 
-def _read_counters(b: Binding, req: p4runtime_pb2.CounterEntry) -> Iterator[Entity]:
+def _read_counters(b: Binding, req: p4runtime_pb2.CounterEntry) -> Iterator[bytes]:
     if req.counter_id == 0:
         ids = list(b.counters)
     elif req.counter_id in b.direct_counters:
@@ -294,39 +279,31 @@ def _read_counters(b: Binding, req: p4runtime_pb2.CounterEntry) -> Iterator[Enti
         raise P4RTError(INVALID, f"unknown counter id {req.counter_id:#x}")
     else:
         ids = [req.counter_id]
+    snap = []
     for cid in ids:
         counter = b.counters[cid]
-        for i in _indexes(req, counter.size, counter.name):
-            packets, nbytes = counter.read(i)
-            ent = Entity()
-            ce = ent.counter_entry
-            ce.counter_id = cid
-            ce.index.index = i
-            ce.data.packet_count = packets
-            ce.data.byte_count = nbytes
-            yield ent
+        snap += [(cid, i, *counter.read(i)) for i in _indexes(req, counter.size, counter.name)]
+    return (wire.counter_entry(*cell) for cell in snap)
 
 
-def _read_registers(b: Binding, req: p4runtime_pb2.RegisterEntry) -> Iterator[Entity]:
+def _read_registers(b: Binding, req: p4runtime_pb2.RegisterEntry) -> Iterator[bytes]:
     if req.register_id == 0:
         ids = list(b.registers)
     elif req.register_id not in b.registers:
         raise P4RTError(INVALID, f"unknown register id {req.register_id:#x}")
     else:
         ids = [req.register_id]
+    snap = []
     for rid in ids:
         register = b.registers[rid]
-        for i in _indexes(req, register.size, register.name):
-            ent = Entity()
-            re = ent.register_entry
-            re.register_id = rid
-            re.index.index = i
-            re.data.CopyFrom(p4data_pb2.P4Data(bitstring=encode(register.read(i))))
-            yield ent
+        snap += [(rid, i, register.read(i)) for i in _indexes(req, register.size, register.name)]
+    return (wire.register_entry(*cell) for cell in snap)
 
 
-def read_entity(b: Binding, entity: p4runtime_pb2.Entity) -> Iterator[Entity]:
-    """The entities matching one read request; raises P4RTError for a bad request."""
+def read_entity(b: Binding, entity: p4runtime_pb2.Entity) -> Iterator[bytes]:
+    """The entities matching one read request, each serialized as a ReadResponse.entities
+    element. Checks the request and snapshots the state now (raises P4RTError for a bad
+    request); the bytes are produced as the iterator is consumed."""
     which = entity.WhichOneof("entity")
     if which == "table_entry":
         return _read_tables(b, entity.table_entry)

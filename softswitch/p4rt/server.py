@@ -4,12 +4,17 @@ One device per server. Control-plane requests are serialised by one lock (the pa
 never takes it: state writes are single dict assignments, see softswitch/state.py). Packet
 I/O goes through a `Dataplane` (softswitch.runtime): PacketOut -> `inject(cpu_port, header +
 payload)`; the data plane hands frames the pipeline sent to the CPU port to `packet_in()`.
+
+Write and Read skip protobuf messages where it is slow (pure-Python protobuf 3.20): Write
+receives the request bytes and parses them with parse.py (protobuf only for what that parser
+does not cover); Read yields ReadResponse bytes that entities.py/wire.py wrote directly.
 """
 
 from __future__ import annotations
 
 import collections
 import errno
+import itertools
 import logging
 import socket
 import threading
@@ -27,11 +32,12 @@ from softswitch.p4rt.binding import Binding, BindingError, bind
 from softswitch.p4rt.codec import decode, encode, header_len, pack_header, unpack_header
 from softswitch.p4rt.entities import read_entity, write_update
 from softswitch.p4rt.errors import STATUS_DETAILS_KEY, P4RTError, batch_status
+from softswitch.p4rt.parse import Fallback, WriteIn, parse_write_request, write_in
+from softswitch.p4rt.wire import chunks
 
 log = logging.getLogger(__name__)
 
 API_VERSION = "1.4.1"
-READ_CHUNK = 1000  # entities per ReadResponse message
 MAX_QUEUED_PACKET_INS = 1024  # per stream; more are dropped (and counted)
 SetReq = p4runtime_pb2.SetForwardingPipelineConfigRequest
 GetReq = p4runtime_pb2.GetForwardingPipelineConfigRequest
@@ -102,7 +108,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             )
 
     def _check_writer(self, request: Any) -> None:
-        election = request.election_id if request.HasField("election_id") else None
+        election = election_int(request.election_id) if request.HasField("election_id") else None
         self.arbiter.check_writer(request.role, election)
 
     def _binding(self) -> Binding:
@@ -182,17 +188,21 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         return response
 
     @_rpc
-    def Write(self, request: p4runtime_pb2.WriteRequest, context: grpc.ServicerContext) -> Any:
-        self._check_device(request.device_id)
-        self._check_writer(request)
+    def Write(
+        self, request: bytes | p4runtime_pb2.WriteRequest, context: grpc.ServicerContext
+    ) -> Any:
+        """Takes the serialized request (as registered by P4RuntimeServer) or a message."""
+        req = self._parse_write(request, context)
+        self._check_device(req.device_id)
+        self.arbiter.check_writer(req.role, req.election)
         binding = self._binding()
-        if request.atomicity != p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR:
+        if req.atomicity != p4runtime_pb2.WriteRequest.CONTINUE_ON_ERROR:
             raise P4RTError(grpc.StatusCode.UNIMPLEMENTED, "only CONTINUE_ON_ERROR is supported")
         results: list[P4RTError | None] = []
         with self.lock:
-            for update in request.updates:
+            for kind, entity in req.updates:
                 try:
-                    write_update(binding, update)
+                    write_update(binding, kind, entity)
                     results.append(None)
                 except P4RTError as e:
                     results.append(e)
@@ -213,16 +223,34 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             )
         )
 
+    @staticmethod
+    def _parse_write(request: bytes | p4runtime_pb2.WriteRequest, context: Any) -> WriteIn:
+        if not isinstance(request, bytes):
+            return write_in(request)
+        try:
+            return parse_write_request(request)
+        except Fallback:
+            pass
+        try:
+            message = p4runtime_pb2.WriteRequest.FromString(request)
+        except Exception:
+            # what gRPC answers when its own deserializer fails
+            context.abort(grpc.StatusCode.INTERNAL, "Exception deserializing request!")
+        return write_in(message)
+
     def Read(self, request: p4runtime_pb2.ReadRequest, context: grpc.ServicerContext) -> Any:
+        """Yields serialized ReadResponse messages (bytes), in bounded chunks."""
         try:
             self._check_device(request.device_id)
             binding = self._binding()
-            with self.lock:  # a consistent snapshot; streamed after the lock is released
-                found = [e for ent in request.entities for e in read_entity(binding, ent)]
+            with self.lock:  # a consistent snapshot; encoded and streamed after the lock
+                found = [read_entity(binding, ent) for ent in request.entities]
         except P4RTError as e:
             context.abort(e.code, e.message)
-        for start in range(0, max(len(found), 1), READ_CHUNK):
-            yield p4runtime_pb2.ReadResponse(entities=found[start : start + READ_CHUNK])
+        try:
+            yield from chunks(itertools.chain.from_iterable(found))
+        except P4RTError as e:  # a value that cannot be encoded: ends the stream
+            context.abort(e.code, e.message)
 
     # ------------------------------------------------------------------ stream
     def StreamChannel(self, request_iterator: Iterator, context: grpc.ServicerContext) -> Any:
@@ -330,6 +358,43 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         primary.outbox.put(msg)
 
 
+def _handlers(service: P4RuntimeService) -> grpc.GenericRpcHandler:
+    """The generated servicer's handlers, except that Write receives the request bytes and
+    Read sends response bytes (see the module docstring)."""
+    pb = p4runtime_pb2
+
+    def unary(method: Callable, request: Any, response: Any) -> grpc.RpcMethodHandler:
+        return grpc.unary_unary_rpc_method_handler(
+            method, request.FromString, response.SerializeToString
+        )
+
+    handlers = {
+        "Write": grpc.unary_unary_rpc_method_handler(
+            service.Write, None, pb.WriteResponse.SerializeToString
+        ),
+        "Read": grpc.unary_stream_rpc_method_handler(service.Read, pb.ReadRequest.FromString, None),
+        "SetForwardingPipelineConfig": unary(
+            service.SetForwardingPipelineConfig,
+            pb.SetForwardingPipelineConfigRequest,
+            pb.SetForwardingPipelineConfigResponse,
+        ),
+        "GetForwardingPipelineConfig": unary(
+            service.GetForwardingPipelineConfig,
+            pb.GetForwardingPipelineConfigRequest,
+            pb.GetForwardingPipelineConfigResponse,
+        ),
+        "StreamChannel": grpc.stream_stream_rpc_method_handler(
+            service.StreamChannel,
+            pb.StreamMessageRequest.FromString,
+            pb.StreamMessageResponse.SerializeToString,
+        ),
+        "Capabilities": unary(
+            service.Capabilities, pb.CapabilitiesRequest, pb.CapabilitiesResponse
+        ),
+    }
+    return grpc.method_handlers_generic_handler("p4.v1.P4Runtime", handlers)
+
+
 def probe_bind(address: str) -> None:
     """Raise ServerStartError if `address` (HOST:PORT) cannot be bound, with the reason.
 
@@ -386,7 +451,7 @@ class P4RuntimeServer:
             # without this, gRPC shares a port with another process (SO_REUSEPORT)
             options=[("grpc.so_reuseport", 0)],
         )
-        p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(self.service, server)
+        server.add_generic_rpc_handlers((_handlers(self.service),))
         try:
             port = server.add_insecure_port(self.address)
         except RuntimeError as e:
