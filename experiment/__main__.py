@@ -80,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=d.grpc_base_port,
         help="P4Runtime port of the first switch (0: any free port)",
     )
+    run.add_argument(
+        "--intf-prefix",
+        default="",
+        help="prefix for switch interface names (concurrent runs, tests)",
+    )
     sub.add_parser("stop", help="clean up whatever a run left behind")
     return parser
 
@@ -166,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         warmup=args.warmup,
         runs_dir=args.runs_dir,
         grpc_base_port=args.grpc_base_port,
+        intf_prefix=args.intf_prefix,
         extra_workload_args=extra,
     )
     try:

@@ -46,6 +46,7 @@ class RunConfig:
     warmup: int = 5
     runs_dir: Path = REPO_ROOT / "runs"
     grpc_base_port: int = 50051
+    intf_prefix: str = ""  # keeps switch interface names of concurrent runs apart
     phase_timeout: float = 600.0
     extra_workload_args: list[str] = field(default_factory=list)
 
@@ -134,6 +135,7 @@ class Experiment:
             self.cfg.target,
             grpc_base_port=self.cfg.grpc_base_port,
             run_id=self.run_dir.name,
+            intf_prefix=self.cfg.intf_prefix,
             log_dir=self.run_dir / "switch-logs",
             seed=self.cfg.seed,
         )

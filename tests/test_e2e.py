@@ -1,0 +1,119 @@
+"""End to end: `python -m experiment run` in Mininet with a small configuration.
+
+Real namespaces, veth links, switch processes, P4Runtime over gRPC and the agents; the
+assertions are on the run's summary.json, the way a user reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from topologies.network import missing_prerequisites
+from topologies.switches import REPO_ROOT
+
+pytestmark = [pytest.mark.root, pytest.mark.e2e]
+
+SMALL = [
+    "--workers",
+    "3",
+    "--iterations",
+    "6",
+    "--warmup",
+    "2",
+    "--keys",
+    "5000",
+    "--keys-per-iter",
+    "128",
+    "--hot-slots",
+    "64",
+    "--skew",
+    "1.2",
+]
+MODE_FIELDS = ("iteration_ms", "push_ms", "pull_ms")
+COUNT_FIELDS = ("ps_packets_in", "updates_total", "updates_in_switch", "retransmissions")
+
+
+def run_experiment(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    if why := missing_prerequisites():
+        pytest.skip(why)
+    runs = tmp_path / "runs"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiment",
+            "run",
+            *SMALL,
+            "--runs-dir",
+            str(runs),
+            "--grpc-base-port",
+            "0",
+            "--intf-prefix",
+            f"e{os.getpid() % 1000}",
+            *extra,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    summary_path = runs / "latest" / "summary.json"
+    assert summary_path.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc, json.loads(summary_path.read_text())
+
+
+def test_offload_is_exact_and_takes_hot_updates_off_the_ps(tmp_path):
+    proc, summary = run_experiment(tmp_path, "--seed", "3")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for field in ("target", "topology", "workers", "iterations", "seed", "exact"):
+        assert field in summary
+    assert summary["exact"] is True
+    assert summary["params_sha256"]["server"] == summary["params_sha256"]["offload"]
+    server, offload = summary["modes"]["server"], summary["modes"]["offload"]
+    for mode in (server, offload):
+        for field in MODE_FIELDS:
+            assert mode[field]["p50"] > 0 and mode[field]["p99"] >= mode[field]["p50"]
+        for field in COUNT_FIELDS:
+            assert isinstance(mode[field], int)
+    assert server["updates_in_switch"] == 0
+    assert offload["updates_in_switch"] > 0
+    assert server["updates_total"] == offload["updates_total"]
+    assert offload["ps_packets_in"] < server["ps_packets_in"]
+    run_dir = (tmp_path / "runs" / "latest").resolve()
+    for name in (
+        "latency.csv",
+        "latency_cdf.png",
+        "ps_load.png",
+        "skew.png",
+        "latency_dissection.png",
+    ):
+        assert (run_dir / name).stat().st_size > 0, name
+    assert "exact: True" in proc.stdout
+
+
+def test_loss_keeps_the_run_exact(tmp_path):
+    proc, summary = run_experiment(tmp_path, "--loss", "0.05", "--seed", "4")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert summary["exact"] is True
+    offload = summary["modes"]["offload"]
+    assert offload["retransmissions"] > 0  # the drop simulator really dropped packets
+    assert offload["switch_stats"]["s1"]["SIM_DROP"] > 0
+
+
+def test_bad_options_fail_with_a_clear_message(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiment", "run", "--workers", "9", "--runs-dir", str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode in (2, 3)
+    assert "WORKERS=9" in proc.stderr or "needs root" in proc.stderr
+    assert "Traceback" not in proc.stderr
