@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -85,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="prefix for switch interface names (concurrent runs, tests)",
     )
+    run.add_argument(
+        "--keep", action="store_true", help="keep the network up after the run, until Ctrl-C"
+    )
     sub.add_parser("stop", help="clean up whatever a run left behind")
     return parser
 
@@ -120,31 +124,49 @@ def run(cfg: RunConfig) -> int:
         phases["server"] = exp.run_phase("server", cfg.iterations, collect=False)
         exp.configure(hot_keys=hot.keys)
         phases["offload"] = exp.run_phase("offload", cfg.iterations, collect=True)
+        agg = [n for n, s in exp.topology.switches.items() if s.aggregate]
+        hot_info = {
+            "keys": len(hot.keys),
+            "coverage": hot.coverage,
+            "covered": hot.covered,
+            "total": hot.total,
+            "candidates": hot.candidates,
+        }
+        summary = report.build(
+            run_dir,
+            cfg.as_dict(),
+            phases,
+            hot_info,
+            cfg.workers,
+            len(exp.topology.parameter_servers),
+            agg,
+        )
+        print(report.comparison_table(summary), flush=True)
+        say(f"results in {run_dir} (runs/latest): summary.json, latency.csv, *.png")
+        if cfg.keep:
+            keep_running(exp)
     finally:
         exp.stop()
-    agg = [n for n, s in exp.topology.switches.items() if s.aggregate]
-    hot_info = {
-        "keys": len(hot.keys),
-        "coverage": hot.coverage,
-        "covered": hot.covered,
-        "total": hot.total,
-        "candidates": hot.candidates,
-    }
-    summary = report.build(
-        run_dir,
-        cfg.as_dict(),
-        phases,
-        hot_info,
-        cfg.workers,
-        len(exp.topology.parameter_servers),
-        agg,
-    )
-    print(report.comparison_table(summary), flush=True)
-    say(f"results in {run_dir} (runs/latest): summary.json, latency.csv, *.png")
     if not summary["exact"]:
         say("ERROR: the parameters of the two modes differ; see summary.json params_sha256")
         return 1
     return 0
+
+
+def keep_running(exp: Experiment) -> None:
+    """Leave the switches up (with the offload phase's tables) for hands-on use."""
+    exp.close_clients()  # so that a controller started by hand can become primary
+    say("KEEP=1: the network stays up until Ctrl-C. Try, from another terminal:")
+    for name, addr in exp.net.grpc_addrs.items():
+        say(f"  {name}: .venv/bin/hotagg-ctl --grpc-addr {addr} hotkeys list")
+        say(
+            f"  {name}: .venv/bin/python -m p4runtime_sh --grpc-addr {addr} "
+            f"--device-id {exp.net.device_ids[name]} --election-id 0,2"
+        )
+    stop_signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)  # sigwait needs them blocked
+    signal.sigwait(stop_signals)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         runs_dir=args.runs_dir,
         grpc_base_port=args.grpc_base_port,
         intf_prefix=args.intf_prefix,
+        keep=args.keep,
         extra_workload_args=extra,
     )
     try:

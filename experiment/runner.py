@@ -47,6 +47,7 @@ class RunConfig:
     runs_dir: Path = REPO_ROOT / "runs"
     grpc_base_port: int = 50051
     intf_prefix: str = ""  # keeps switch interface names of concurrent runs apart
+    keep: bool = False  # leave the network up after the run, until Ctrl-C
     phase_timeout: float = 600.0
     extra_workload_args: list[str] = field(default_factory=list)
 
@@ -333,11 +334,14 @@ class Experiment:
                 )
                 shown = slowest
 
-    def stop(self) -> None:
+    def close_clients(self) -> None:
         for client in self.clients.values():
             with contextlib.suppress(Exception):  # best effort on the way out
                 client.close()
         self.clients.clear()
+
+    def stop(self) -> None:
+        self.close_clients()
         if self.net is not None:
             self.net.stop()
             self.net = None
