@@ -36,22 +36,22 @@ def params_sha256(phase: PhaseResult, shards: int) -> str:
     return hashlib.sha256(np.asarray(total, dtype="<i8").tobytes()).hexdigest()
 
 
-def worker_rows(phase: PhaseResult, workers: int) -> list[dict[str, str]]:
+def logs(phase: PhaseResult, prefix: str, n: int, column: str) -> list[dict[str, str]]:
+    """The rows of `<prefix>0.csv` .. `<prefix>{n-1}.csv`, each tagged with its file's index."""
     rows = []
-    for w in range(workers):
-        for r in read_csv(phase.dir / f"w{w}.csv"):
-            r["worker"] = str(w)
+    for i in range(n):
+        for r in read_csv(phase.dir / f"{prefix}{i}.csv"):
+            r[column] = str(i)
             rows.append(r)
     return rows
+
+
+def worker_rows(phase: PhaseResult, workers: int) -> list[dict[str, str]]:
+    return logs(phase, "w", workers, "worker")
 
 
 def ps_rows(phase: PhaseResult, shards: int) -> list[dict[str, str]]:
-    rows = []
-    for i in range(shards):
-        for r in read_csv(phase.dir / f"ps{i}.csv"):
-            r["shard"] = str(i)
-            rows.append(r)
-    return rows
+    return logs(phase, "ps", shards, "shard")
 
 
 def dissect(wrows: list[dict[str, str]], prows: list[dict[str, str]]) -> dict[str, Any]:
