@@ -197,9 +197,11 @@ def main(argv: list[str] | None = None) -> int:
         keep=args.keep,
         extra_workload_args=extra,
     )
+    from controller.errors import ControllerError
+
     try:
         return run(cfg)
-    except ExperimentError as e:
+    except (ExperimentError, ControllerError) as e:
         print(f"hotagg: error: {e}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:

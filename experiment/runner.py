@@ -131,15 +131,21 @@ class Experiment:
             subprocess.run(["make", "-s", "-C", str(REPO_ROOT), "build"], check=True)
             self.device_config = BMV2_JSON.read_bytes()
         say(f"starting {self.cfg.topo.name} with {self.cfg.target} switches ...")
-        self.net = start_network(
-            self.topology,
-            self.cfg.target,
-            grpc_base_port=self.cfg.grpc_base_port,
-            run_id=self.run_dir.name,
-            intf_prefix=self.cfg.intf_prefix,
-            log_dir=self.run_dir / "switch-logs",
-            seed=self.cfg.seed,
-        )
+        try:
+            self.net = start_network(
+                self.topology,
+                self.cfg.target,
+                grpc_base_port=self.cfg.grpc_base_port,
+                run_id=self.run_dir.name,
+                intf_prefix=self.cfg.intf_prefix,
+                log_dir=self.run_dir / "switch-logs",
+                seed=self.cfg.seed,
+            )
+        except Exception as e:
+            hint = ""
+            if "File exists" in str(e) or "Address already in use" in str(e):
+                hint = " (an earlier run may have left it behind: sudo make stop)"
+            raise ExperimentError(f"the network did not come up: {e}{hint}") from e
         for name, addr in self.net.grpc_addrs.items():
             self.clients[name] = SwitchClient(addr, self.net.device_ids[name], wait=10.0).connect()
         say(
