@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import resource
 import signal
 import socket
 import threading
@@ -12,6 +13,7 @@ from typing import Callable
 
 SOCKET_BUFFER = 4 << 20  # large buffers: a burst of 64 pushes per worker must not drop locally
 RECV_SIZE = 2048
+INITIAL_RTO = 0.05  # before any round trip was measured (the first one includes warm-up)
 
 
 class AgentError(Exception):
@@ -99,6 +101,49 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise ValueError(f"{text} is not > 0")
     return value
+
+
+class RttEstimator:
+    """Retransmission timeout from measured round trips (RFC 6298: srtt + 4 * rttvar),
+    at least `floor`, doubled per retry, at most `cap`; `initial` until the first sample.
+    Sample only first transmissions."""
+
+    __slots__ = ("cap", "floor", "initial", "rttvar", "srtt")
+
+    def __init__(self, floor: float, cap: float, initial: float | None = None) -> None:
+        self.floor, self.cap = floor, cap
+        self.initial = max(floor, min(cap, INITIAL_RTO if initial is None else initial))
+        self.srtt: float | None = None
+        self.rttvar = 0.0
+
+    def sample(self, rtt: float) -> None:
+        if self.srtt is None:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+
+    def timeout(self, tries: int = 0) -> float:
+        base = self.initial if self.srtt is None else max(self.floor, self.srtt + 4 * self.rttvar)
+        return min(self.cap, base * (1 << tries))
+
+
+def cpu_usage() -> tuple[float, float, int, int]:
+    """This process's (user s, system s, voluntary, involuntary context switches) so far."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime, r.ru_stime, r.ru_nvcsw, r.ru_nivcsw
+
+
+def cpu_report(before: tuple, after: tuple) -> dict[str, float]:
+    """What a summary says about the CPU used between two cpu_usage() snapshots. Voluntary
+    switches are mostly sleeps on the socket, so they count wake-ups."""
+    d = [b - a for a, b in zip(before, after)]
+    return {
+        "user_s": round(d[0], 4),
+        "sys_s": round(d[1], 4),
+        "wakeups": int(d[2]),
+        "preempted": int(d[3]),
+    }
 
 
 class Interrupted(AgentError):

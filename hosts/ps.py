@@ -6,12 +6,16 @@ Parameters are fixed-point int64 over the key space; this shard owns key % n_sha
   duplicates are re-acked with the mask stored for the seq, never applied twice. First-time
   pushes of the current iteration are buffered and applied at the barrier, so every pull for
   iteration t sees exactly iterations < t. The PUSH_ACK echoes the mask the switch set.
-- PULL for t: answered once iterations < t are applied, else held. The reply echoes the
-  request's mask (the switch's cache-hit bitmap); values are int64 clamped to int32.
+- PULL for t: answered once iterations < t are applied, else held. The reply's mask is the
+  request's (the switch's cache-hit bitmap) plus the entries whose keys this PS knows the
+  cache holds for t (acked WRITEBACKs), so workers learn them as hot; values are int64
+  clamped to int32.
 - DONE(t) from every worker: COLLECT iteration t from the switch (offsets 0..hot_slots-1,
-  MAX_ENTRIES per packet, lost replies re-asked, given up after `collect_retries`), apply cold
-  and collected sums, WRITEBACK the new values of the hot keys tagged t+1 (sent once each;
-  acks awaited up to one rto), DONE_ACK(t) to all workers (and again to any later DONE(t)).
+  MAX_ENTRIES per packet; a lost reply is asked again after an RTT-based timeout, or at once
+  when a later COLLECT is answered first, given up after `collect_retries`), apply cold and
+  collected sums, WRITEBACK the new values of the hot keys tagged t+1 (sent once each), and
+  DONE_ACK(t) to all workers as soon as the last WRITEBACK is sent (see _finalize), again to
+  any later DONE(t). While workers are retransmitting, each DONE_ACK is sent twice.
 - Hot keys (for WRITEBACK) are the keys this shard collected; a key leaves the set when a
   WRITEBACK_ACK has its mask bit clear. Values beyond int32 are not written back.
 Server-only mode (collect off) skips COLLECT and WRITEBACK.
@@ -42,16 +46,21 @@ from hosts.agent import (
     Deadline,
     DeadlineExceeded,
     Interrupted,
+    RttEstimator,
+    cpu_report,
+    cpu_usage,
     install_stop_signals,
     open_udp,
     parse_address,
     positive_int,
 )
-from hosts.codec import CodecError, Message, decode, encode, saturate_int32
+from hosts.codec import CodecError, Message, decode, encode
 from hosts.protocol import (
     DEDUP_WINDOW,
     FLAG_RETRANSMIT,
     HOTAGG_PORT,
+    INT32_MAX,
+    INT32_MIN,
     MAX_ENTRIES,
     MAX_WORKERS,
     NUM_SLOTS,
@@ -78,6 +87,7 @@ LOG_COLUMNS = (
     "result",
     "peer",
 )
+_OP_NAMES = {op.value: op.name for op in Op}
 _BATCH = 64  # datagrams drained per wake-up; arrival vs start then shows queueing in the PS
 
 
@@ -94,7 +104,7 @@ class PSConfig:
     switch: Address | None = None  # switch service address for COLLECT/WRITEBACK
     hot_slots: int = 0  # the job's slot_count
     writeback: bool = True
-    rto: float = 0.05
+    rto: float = 0.002  # minimum COLLECT timeout (it adapts to the measured RTT)
     rto_max: float = 0.4
     collect_retries: int = 10
     collect_window: int = 64
@@ -127,6 +137,26 @@ class _Dedup:
         self.masks = [0] * DEDUP_WINDOW
 
 
+class _Channel:
+    """One kind of control packet to the switch: a queue and the packets in flight, each
+    seq -> [item, sent (wall clock), due, tries, first sent, last sent] (perf_counter but
+    the wall clock `sent`, which is for the log)."""
+
+    __slots__ = ("inflight", "iteration", "name", "op", "queue", "retries")
+
+    def __init__(self, op: Op, retries: int) -> None:
+        self.op, self.name, self.retries = op, op.name.lower(), retries
+        self.iteration = 0
+        self.queue: deque[tuple] = deque()
+        self.inflight: dict[int, list] = {}
+
+    def timed(self) -> bool:
+        """Whether packets in flight need their timeouts watched: to be asked again, or to
+        free the window for queued ones. Otherwise (all WRITEBACKs sent) an unanswered one
+        is only counted when the next iteration's WRITEBACKs start."""
+        return bool(self.inflight) and (self.retries > 0 or bool(self.queue))
+
+
 class ParameterServer:
     def __init__(self, config: PSConfig) -> None:
         config.validate()
@@ -145,12 +175,17 @@ class ParameterServer:
         self._cold: tuple[list[int], list[int]] = ([], [])
         self._collected: tuple[list[int], list[int]] = ([], [])
         self._held: deque[tuple[Message, Address, float]] = deque()
-        self._phase: str | None = None  # "collect" / "writeback" while the barrier runs
-        self._queue: deque[tuple] = deque()
-        self._inflight: dict[int, list] = {}  # seq -> [item, sent, due, tries]
+        self._barrier: str | None = None  # "collect" / "writeback" while the barrier runs
+        self._collect = _Channel(Op.COLLECT, config.collect_retries)
+        self._writeback = _Channel(Op.WRITEBACK, 0)
         self._ctl_seq = 1
+        self._ctl_rtt = RttEstimator(config.rto, config.rto_max)  # COLLECT/WRITEBACK timeouts
+        self._peers: dict[Address, str] = {}  # address -> "ip:port" for the log
+        self._cached: dict[int, int] = {}  # key -> iteration its WRITEBACK was acked for
         self._stop = threading.Event()
         self._warned_lost = False
+        self._loss_seen = 0  # the latest iteration that saw a retransmitted request
+        self._cpu: list[tuple] = []  # cpu_usage() at the first request and at the finish
         self.sock = open_udp(config.bind)
         self.address: Address = self.sock.getsockname()
 
@@ -173,19 +208,25 @@ class ParameterServer:
             while not self._stop.is_set():
                 deadline.check()
                 timeout = 0.2
-                if self._phase and self._inflight:
-                    due = min(c[2] for c in self._inflight.values())
-                    timeout = min(timeout, max(0.0, due - time.perf_counter()))
+                for ch in (self._collect, self._writeback):
+                    if ch.timed():
+                        due = min(c[2] for c in ch.inflight.values())
+                        timeout = min(timeout, max(0.0, due - time.perf_counter()))
                 batch = self._recv_batch(deadline.remaining(timeout))
                 if batch:
                     last_rx = time.perf_counter()
+                    if not self._cpu:
+                        self._cpu.append(cpu_usage())
                 for data, addr, arrival in batch:
                     was_finished = self.finished
                     self._handle(data, addr, arrival)
                     if self.finished and not was_finished:
                         finished_at = time.perf_counter()
-                if self._phase:
-                    self._phase_tick()
+                if self._barrier or self._writeback.queue:
+                    was_finished = self.finished
+                    self._advance()
+                    if self.finished and not was_finished:
+                        finished_at = time.perf_counter()
                 if self.finished and time.perf_counter() - max(last_rx, finished_at) >= cfg.linger:
                     break
             if not self.finished and cfg.iterations is not None:
@@ -227,7 +268,7 @@ class ParameterServer:
                     op,
                     *f,
                     result,
-                    f"{peer[0]}:{peer[1]}",
+                    self._peers.get(peer) or self._peers.setdefault(peer, f"{peer[0]}:{peer[1]}"),
                 )
             )
 
@@ -241,15 +282,19 @@ class ParameterServer:
             self.counters["malformed"] += 1
             self._row(arrival, start, None, "?", None, "malformed", addr)
             return
-        if not 1 <= m.op <= len(Op):
+        if m.op not in _OP_NAMES:
             result = "unknown_op"
         elif m.job_id != self.cfg.job_id:
             result = "unknown_job"
         elif m.op in (Op.PUSH, Op.PULL, Op.DONE) and m.worker_id >= self.cfg.n_workers:
             result = "bad_worker"
         elif m.op == Op.PUSH:
+            if m.flags & FLAG_RETRANSMIT:
+                self._loss_seen = self.cur
             result = self._on_push(m, addr)
         elif m.op == Op.PULL:
+            if m.flags & FLAG_RETRANSMIT:
+                self._loss_seen = self.cur
             result = self._on_pull(m, addr, arrival, start)
             if result == "replied":
                 return  # logged by _answer_pull
@@ -265,12 +310,16 @@ class ParameterServer:
         # DONEs are logged when DONE_ACK goes out; switch replies with their requests.
         if result not in ("barrier", "collect_reply", "writeback_ack"):
             replied = result in ("accepted", "dup", "reack")
-            name = Op(m.op).name if 1 <= m.op <= len(Op) else str(m.op)
+            name = _OP_NAMES.get(m.op) or str(m.op)
             self._row(arrival, start, time.time() if replied else None, name, m, result, addr)
 
     def _keys_ok(self, keys: tuple[int, ...]) -> bool:
         n, shard, space = self.cfg.n_shards, self.cfg.shard, self.cfg.key_space
-        return all(k < space and k % n == shard for k in keys)
+        if not keys:
+            return True
+        if max(keys) >= space:
+            return False
+        return n == 1 or all(k % n == shard for k in keys)
 
     def _on_push(self, m: Message, addr: Address) -> str:
         if m.seq == 0:
@@ -282,7 +331,7 @@ class ParameterServer:
             return "dup"
         if d.seqs[i] > m.seq:
             return "stale"  # acked long ago (the worker's window moved past it)
-        if m.iteration != self.cur or self._phase or self.finished:
+        if m.iteration != self.cur or self._barrier or self.finished:
             return "bad_iteration"  # cannot happen under BSP: not acked, not applied
         if not self._keys_ok(m.keys):
             return "bad_key"
@@ -309,13 +358,18 @@ class ParameterServer:
         return "replied"
 
     def _answer_pull(self, m: Message, addr: Address, arrival: float, start: float) -> None:
-        raw = self.params[list(m.keys)]
-        values = saturate_int32(raw)
-        if m.count and not np.array_equal(raw, values):
+        values = self.params.take(m.keys).tolist() if m.keys else []
+        if values and (min(values) < INT32_MIN or max(values) > INT32_MAX):
+            values = [min(max(v, INT32_MIN), INT32_MAX) for v in values]
             self.counters["saturated"] += 1
-        reply = encode(
-            Op.PULL_REPLY, m.job_id, m.worker_id, m.seq, m.iteration, m.keys, values, mask=m.mask
-        )
+        # mask: the switch's cache-hit bits, plus the keys this PS knows the cache holds for
+        # this iteration (acked WRITEBACKs), so that workers learn them as hot.
+        mask, cached, it = m.mask, self._cached, m.iteration
+        if cached:
+            for i, key in enumerate(m.keys):
+                if cached.get(key) == it:
+                    mask |= 1 << i
+        reply = encode(Op.PULL_REPLY, m.job_id, m.worker_id, m.seq, it, m.keys, values, mask=mask)
         self._send(reply, addr)
         self.counters["pull"] += 1
         self._row(arrival, start, time.time(), "PULL", m, "replied", addr)
@@ -332,7 +386,7 @@ class ParameterServer:
         if m.worker_id in self._done:
             return "waiting"  # a resent DONE while others are still pushing
         self._done[m.worker_id] = (arrival, start)
-        if len(self._done) == self.cfg.n_workers and not self._phase:
+        if len(self._done) == self.cfg.n_workers and not self._barrier:
             self._finalize()
         return "barrier"
 
@@ -340,74 +394,103 @@ class ParameterServer:
         return encode(Op.DONE_ACK, self.cfg.job_id, worker, self.cfg.shard, iteration)
 
     # --- barrier: collect, apply, write back, release ---
-    # COLLECT and WRITEBACK go to the switch as a paced phase: at most collect_window packets
-    # in flight; a COLLECT is asked again up to collect_retries times, a WRITEBACK is sent once
-    # (its loss only costs cache hits) and the phase waits one rto for its ack, so the cache is
-    # filled before DONE_ACK lets the workers pull iteration t+1.
+    # COLLECT and WRITEBACK go to the switch through a _Channel each: at most collect_window
+    # packets in flight; a COLLECT is asked again up to collect_retries times, a WRITEBACK is
+    # sent once (its loss only costs cache hits). DONE_ACK(t) leaves as soon as the last
+    # WRITEBACK for t+1 is sent, without waiting for the acks: it goes out on the same socket
+    # to the same first switch, which handles a port's frames in order, so the cache is filled
+    # before any worker learns it may pull t+1. A WRITEBACK that is lost, or ordered after a
+    # pull by some other path, only turns that pull into a miss the PS answers.
 
     def _finalize(self) -> None:
-        if self.cfg.collect:
-            offsets = list(range(self.cfg.hot_slots))
-            chunks = [
-                (offsets[i : i + MAX_ENTRIES], None) for i in range(0, len(offsets), MAX_ENTRIES)
-            ]
-            self._start_phase("collect", chunks)
-        else:
+        if not self.cfg.collect:
             self._apply()
+            return
+        self._barrier = "collect"
+        step = MAX_ENTRIES
+        items = [
+            (list(range(i, min(i + step, self.cfg.hot_slots))), None)
+            for i in range(0, self.cfg.hot_slots, step)
+        ]
+        self._ctl_start(self._collect, self.cur, items)
+        self._advance()
 
-    def _start_phase(self, phase: str, items: list[tuple[list[int], list[int] | None]]) -> None:
-        self._phase, self._queue = phase, deque(items)
-        self._phase_tick()
+    def _advance(self) -> None:
+        """Tick the channels and move the barrier on when its step is complete."""
+        for ch in (self._collect, self._writeback):
+            if ch.queue or ch.timed():
+                self._ctl_tick(ch)
+        if self._barrier == "collect" and not (self._collect.queue or self._collect.inflight):
+            self._apply()
+        elif self._barrier == "writeback" and not self._writeback.queue:
+            self._release()
 
-    def _phase_packet(self, seq: int, item: tuple, flags: int = 0) -> bytes:
-        op, it = (
-            (Op.COLLECT, self.cur) if self._phase == "collect" else (Op.WRITEBACK, self.cur + 1)
-        )
-        return encode(op, self.cfg.job_id, self.cfg.shard, seq, it, item[0], item[1], flags=flags)
+    def _ctl_start(self, ch: _Channel, iteration: int, items: list[tuple]) -> None:
+        for c in ch.inflight.values():  # the previous iteration's unanswered packets
+            self._ctl_lost(ch, c)
+        if ch.queue:  # never sent, now outdated
+            self.counters[f"{ch.name}_dropped"] += len(ch.queue)
+        ch.inflight.clear()
+        ch.iteration, ch.queue = iteration, deque(items)
+        self._ctl_tick(ch)
 
-    def _phase_tick(self) -> None:
-        cfg, now, phase = self.cfg, time.perf_counter(), self._phase
-        retries = cfg.collect_retries if phase == "collect" else 0
-        for seq, c in list(self._inflight.items()):
+    def _ctl_lost(self, ch: _Channel, c: list) -> None:
+        cfg = self.cfg
+        self.counters[f"{ch.name}_unanswered"] += 1
+        self._row(c[1], c[1], None, ch.op.name, None, "unanswered", cfg.switch)
+        if ch.op == Op.COLLECT and not self._warned_lost:
+            self._warned_lost = True
+            print(
+                f"PS shard {cfg.shard}: COLLECT to {cfg.switch[0]}:{cfg.switch[1]} "
+                f"unanswered after {ch.retries} retries; iteration {ch.iteration} may miss "
+                "switch sums (is the switch there?)",
+                file=sys.stderr,
+            )
+
+    def _ctl_packet(self, ch: _Channel, seq: int, item: tuple, flags: int = 0) -> bytes:
+        job, shard = self.cfg.job_id, self.cfg.shard
+        return encode(ch.op, job, shard, seq, ch.iteration, item[0], item[1], flags=flags)
+
+    def _ctl_tick(self, ch: _Channel) -> None:
+        cfg, now = self.cfg, time.perf_counter()
+        for seq, c in list(ch.inflight.items()):
             if c[2] > now:
                 continue
-            if c[3] >= retries:
-                del self._inflight[seq]
-                self.counters[f"{phase}_unanswered"] += 1
-                self._row(c[1], c[1], None, phase.upper(), None, "unanswered", cfg.switch)
-                if phase == "collect" and not self._warned_lost:
-                    self._warned_lost = True
-                    print(
-                        f"PS shard {cfg.shard}: COLLECT to {cfg.switch[0]}:{cfg.switch[1]} "
-                        f"unanswered after {retries} retries; iteration {self.cur} may miss "
-                        "switch sums (is the switch there?)",
-                        file=sys.stderr,
-                    )
+            if c[3] >= ch.retries:
+                del ch.inflight[seq]
+                self._ctl_lost(ch, c)
                 continue
-            c[3] += 1
-            c[2] = now + min(cfg.rto * 2 ** c[3], cfg.rto_max)
-            self._send(self._phase_packet(seq, c[0], FLAG_RETRANSMIT), cfg.switch)
-            self.counters[f"{phase}_retransmits"] += 1
-        while self._queue and len(self._inflight) < cfg.collect_window:
-            item, seq = self._queue.popleft(), self._ctl_seq
+            self._ctl_resend(ch, seq, c, now)
+        while ch.queue and len(ch.inflight) < cfg.collect_window:
+            item, seq = ch.queue.popleft(), self._ctl_seq
             self._ctl_seq += 1
-            self._inflight[seq] = [item, time.time(), now + cfg.rto, 0]
-            self._send(self._phase_packet(seq, item), cfg.switch)
-            self.counters[f"{phase}_sent"] += 1
-        if not self._queue and not self._inflight:
-            self._phase = None
-            if phase == "collect":
-                self._apply()
-            else:
-                self._release()
+            ch.inflight[seq] = [item, time.time(), now + self._ctl_rtt.timeout(), 0, now, now]
+            self._send(self._ctl_packet(ch, seq, item), cfg.switch)
+            self.counters[f"{ch.name}_sent"] += 1
+
+    def _ctl_resend(self, ch: _Channel, seq: int, c: list, now: float) -> None:
+        c[3] += 1
+        c[2], c[5] = now + self._ctl_rtt.timeout(c[3]), now
+        self._send(self._ctl_packet(ch, seq, c[0], FLAG_RETRANSMIT), self.cfg.switch)
+        self.counters[f"{ch.name}_retransmits"] += 1
 
     def _on_collect_reply(self, m: Message) -> str:
-        c = self._inflight.get(m.seq) if self._phase == "collect" else None
-        if c is None or m.iteration != self.cur:
+        ch = self._collect
+        c = ch.inflight.get(m.seq)
+        if c is None or m.iteration != ch.iteration or self._barrier != "collect":
             return "late_reply"
         if m.count != len(c[0][0]):
             return "bad_reply"  # left in flight: asked again
-        del self._inflight[m.seq]
+        del ch.inflight[m.seq]
+        now = time.perf_counter()
+        if c[3] == 0:
+            self._ctl_rtt.sample(now - c[4])
+        # The switch answers COLLECTs in order: an unanswered one sent (last) before this
+        # one was first sent is lost, or its reply is; ask again now.
+        for seq, d in list(ch.inflight.items()):
+            if seq < m.seq and d[5] <= c[4]:
+                self._ctl_resend(ch, seq, d, now)
+                self.counters["collect_fast_retransmits"] += 1
         space, n, shard = self.cfg.key_space, self.cfg.n_shards, self.cfg.shard
         for i, (key, value) in enumerate(zip(m.keys, m.values)):
             if not m.mask >> i & 1:
@@ -445,31 +528,44 @@ class ParameterServer:
         keys, values = keys[fits].tolist(), values[fits].tolist()
         step = MAX_ENTRIES
         items = [(keys[i : i + step], values[i : i + step]) for i in range(0, len(keys), step)]
-        self._start_phase("writeback", items)
+        self._barrier = "writeback"
+        self._ctl_start(self._writeback, self.cur + 1, items)
+        if not self._writeback.queue:
+            self._release()
 
     def _on_writeback_ack(self, m: Message) -> str:
         for i, key in enumerate(m.keys):
             if m.mask >> i & 1:
+                self._cached[key] = m.iteration
                 self.counters["writeback_cached"] += 1
             else:
                 self.hot.discard(key)  # the switch no longer holds it: stop writing it back
+                self._cached.pop(key, None)
                 self.counters["writeback_rejected"] += 1
-        c = self._inflight.pop(m.seq, None) if self._phase == "writeback" else None
+        c = self._writeback.inflight.pop(m.seq, None)
         if c is not None:
+            self._ctl_rtt.sample(time.perf_counter() - c[4])
             self._row(c[1], c[1], time.time(), "WRITEBACK", m, "cached", self.cfg.switch)
         return "writeback_ack"
 
     def _release(self) -> None:
         """DONE_ACK(cur) to every worker, move to the next iteration, answer held pulls."""
+        self._barrier = None
         now = time.time()
+        # Workers that retransmit are losing packets: then a lost DONE_ACK, which costs a
+        # worker a timeout and the whole job an iteration's wait, is made unlikely by a copy.
+        copies = 2 if self._loss_seen and self.cur - self._loss_seen <= 2 else 1
         for w, (arrival, start) in sorted(self._done.items()):
-            self._send(self._done_ack(w, self.cur), self._addr[w])
+            ack = self._done_ack(w, self.cur)
+            for _ in range(copies):
+                self._send(ack, self._addr[w])
             m = Message(Op.DONE, 0, self.cfg.job_id, w, self.cfg.shard, self.cur, 0)
             self._row(arrival, start, now, "DONE", m, "barrier", self._addr[w])
         self._done.clear()
         self.cur += 1
         if self.cfg.iterations is not None and self.cur > self.cfg.iterations:
             self.finished = True
+            self._cpu.append(cpu_usage())
         held, self._held = self._held, deque()
         for m, addr, arrival in held:
             if m.iteration <= self.cur:
@@ -491,6 +587,7 @@ class ParameterServer:
             "iterations_done": self.cur - 1,
             "finished": self.finished,
             "hot_keys": len(self.hot),
+            "cpu": cpu_report(*self._cpu) if len(self._cpu) == 2 else None,
             "counters": dict(self.counters),
             "params_sha256": params_sha256(self.params),
         }
@@ -525,7 +622,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--switch", help=f"switch service address ip[:port] (port {HOTAGG_PORT})")
     p.add_argument("--hot-slots", type=int, default=0, help="the job's slot_count")
     p.add_argument("--no-writeback", action="store_true", help="do not fill the switch cache")
-    p.add_argument("--rto", type=float, default=0.05, help="COLLECT retransmit timeout, s")
+    p.add_argument(
+        "--rto",
+        type=float,
+        default=0.002,
+        help="minimum COLLECT retransmit timeout, s (it adapts to the measured RTT)",
+    )
     p.add_argument("--collect-retries", type=int, default=10)
     p.add_argument("--linger", type=float, default=1.0, help="idle seconds before exiting")
     p.add_argument(

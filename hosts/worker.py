@@ -2,12 +2,18 @@
 
 Per iteration t: PULL the workload's keys for t, compute the step from the pulled values, PUSH
 its entries (one seq per packet from 1, never reused; a sliding window of DEDUP_WINDOW seqs, so
-seq s is sent only while every seq <= s - 64 is acked; unacked packets are resent with the
-RETRANSMIT flag), then DONE(t) to every shard until each answers DONE_ACK(t).
+seq s is sent only while every seq <= s - 64 is acked), then DONE(t) to every shard until each
+answers DONE_ACK(t). While waiting for DONE_ACK(t) it prepares t+1's PULLs.
 
-Keys the switch aggregated (PUSH_ACK mask bit set) are "hot"; a cleared bit makes a key cold
-again. Hot keys travel in their own PULL and PUSH packets, so the switch can answer a whole
-pull from its cache and ack a whole push without involving the PS.
+Loss recovery: an unanswered request is resent (RETRANSMIT flag) after an RTT-based timeout
+(srtt + 4 rttvar, at least `rto`), once no reply at all came for that long; and at once when
+the same shard answers a request sent after it (the path and the PS keep order, so it was
+lost). After a resend, DONE goes out twice.
+
+Keys the switch aggregated (PUSH_ACK mask bit set) or holds in its cache (PULL_REPLY mask bit
+set) are "hot"; a cleared PUSH_ACK bit makes a key cold again. Hot keys travel in their own
+PULL and PUSH packets, so the switch can answer a whole pull from its cache and ack a whole
+push without involving the PS.
 
 Choices beyond the design: a PULL's `seq` is a per-worker pull request number (its own space,
 echoed in the reply); a DONE's `seq` is the index of the shard it is sent to (echoed in
@@ -27,6 +33,8 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 import numpy as np
 
@@ -38,6 +46,9 @@ from hosts.agent import (
     Deadline,
     DeadlineExceeded,
     Interrupted,
+    RttEstimator,
+    cpu_report,
+    cpu_usage,
     install_stop_signals,
     open_udp,
     parse_address,
@@ -76,6 +87,9 @@ LOG_COLUMNS = (
     "loss",
 )
 
+_RECV_BATCH = 64  # replies taken per wake-up
+T = TypeVar("T")
+
 
 @dataclass
 class WorkerConfig:
@@ -84,7 +98,7 @@ class WorkerConfig:
     ps: list[Address]  # shard i's address at index i
     iterations: int
     bind: Address = ("127.0.0.1", 0)
-    rto: float = 0.05  # minimum retransmission timeout (it adapts to the measured RTT)
+    rto: float = 0.003  # minimum retransmission timeout (it adapts to the measured RTT)
     rto_max: float = 1.0  # cap, also for the doubling per retry
     window: int = DEDUP_WINDOW
     group_hot: bool = True
@@ -118,6 +132,7 @@ class _Request:
     start: float = 0.0
     due: float = 0.0
     tries: int = 0
+    last: float = 0.0  # perf_counter of the latest transmission
 
 
 @dataclass
@@ -127,20 +142,25 @@ class WorkerResult:
     counters: dict[str, int]
     hot_keys: int
     elapsed: float
+    cpu: dict[str, float] | None = None  # agent.cpu_report over the iterations
 
 
 class Worker:
     def __init__(self, config: WorkerConfig, workload: workloads.Workload) -> None:
         config.validate()
         self.cfg, self.workload = config, workload
-        self.hot: set[int] = set()
+        self.hot: set[int] = set()  # keys the switch aggregates (grouped in PUSHes)
+        self.cached: set[int] = set()  # keys the switch cache holds (grouped in PULLs)
         self.counters: Counter[str] = Counter()
         self._stop = threading.Event()
         self._next_seq = 1
         self._next_pull = 1
         self._n_shards = len(config.ps)
-        self._srtt: float | None = None  # smoothed RTT and its variation (RFC 6298 style)
-        self._rttvar = 0.0
+        self._rtt = RttEstimator(config.rto, config.rto_max)  # PULL and PUSH round trips
+        self._rtt_done = RttEstimator(config.rto, config.rto_max)  # DONE to DONE_ACK
+        self._iteration = 0
+        self._loss_seen = 0  # the latest iteration in which a request was resent
+        self._unlogged: Callable[[], None] | None = None  # the last iteration's log row
         self.sock = open_udp(config.bind)
         self.address: Address = self.sock.getsockname()
 
@@ -156,47 +176,70 @@ class Worker:
         self._deadline = Deadline(cfg.deadline, f"worker {cfg.worker_id}")
         self._log = CsvLog(cfg.log_path, LOG_COLUMNS)
         losses: list[float | None] = []
-        begin = time.perf_counter()
+        begin, cpu0 = time.perf_counter(), cpu_usage()
         try:
+            # While waiting for DONE_ACK(t) the worker prepares iteration t+1's pulls, and
+            # while its pulls for t+1 are out it logs iteration t: neither is on the path
+            # from one barrier to the next.
+            nxt = self._prepare_pull(1)
             for t in range(1, cfg.iterations + 1):
                 t_wall, t0 = time.time(), time.perf_counter()
-                keys = np.asarray(self.workload.pull_keys(cfg.worker_id, t), dtype=np.uint64)
-                pulled = self._pull(t, keys)
+                self._iteration = t
+                keys, reqs = nxt
+                pulled = self._pull(t, reqs, len(keys), self._flush_log)
                 step = self.workload.step(cfg.worker_id, t, keys, pulled)
                 self._push(t, np.asarray(step.keys, np.uint64), np.asarray(step.values, np.int32))
-                self._done(t)
+                prepare = partial(self._prepare_pull, t + 1) if t < cfg.iterations else None
+                nxt = self._done(t, prepare)
+                elapsed = time.perf_counter() - t0
                 losses.append(step.loss)
-                self._log.write(
-                    (
-                        "iteration",
-                        t,
-                        "",
-                        "",
-                        len(step.keys),
-                        "",
-                        f"{t_wall:.6f}",
-                        f"{time.time():.6f}",
-                        f"{(time.perf_counter() - t0) * 1e6:.1f}",
-                        "",
-                        "",
-                        "",
-                        "" if step.loss is None else repr(step.loss),
-                    )
+                self._unlogged = partial(
+                    self._log_iteration, t, len(step.keys), t_wall, time.time(), elapsed, step.loss
                 )
-                if cfg.progress:
-                    print(f"progress {t}/{cfg.iterations}", flush=True)
+            self._flush_log()
             result = WorkerResult(
                 cfg.iterations,
                 losses,
                 dict(self.counters),
                 len(self.hot),
                 time.perf_counter() - begin,
+                cpu_report(cpu0, cpu_usage()),
             )
             if cfg.summary_path:
                 write_json(cfg.summary_path, self.summary(result))
             return result
         finally:
+            self._flush_log()
             self._log.close()
+
+    def _flush_log(self) -> None:
+        """Write the finished iteration's row (deferred off the barrier-to-barrier path)."""
+        if self._unlogged is not None:
+            self._unlogged, write = None, self._unlogged
+            write()
+
+    def _log_iteration(
+        self, t: int, n: int, sent: float, reply: float, elapsed: float, loss: float | None
+    ) -> None:
+        self._log.write(
+            (
+                "iteration",
+                t,
+                "",
+                "",
+                n,
+                "",
+                f"{sent:.6f}",
+                f"{reply:.6f}",
+                f"{elapsed * 1e6:.1f}",
+                "",
+                "",
+                "",
+                "" if loss is None else repr(loss),
+            )
+        )
+        if self.cfg.progress:
+            print(f"progress {t}/{self.cfg.iterations}", flush=True)
 
     def summary(self, r: WorkerResult) -> dict:
         return {
@@ -204,6 +247,7 @@ class Worker:
             "job_id": self.cfg.job_id,
             "iterations": r.iterations,
             "elapsed_s": r.elapsed,
+            "cpu": r.cpu,
             "losses": r.losses,
             "counters": r.counters,
             "hot_keys": r.hot_keys,
@@ -212,11 +256,12 @@ class Worker:
 
     # --- grouping ---
 
-    def _groups(self, keys: np.ndarray):
-        """Yield (shard, hot, positions) chunks of at most MAX_ENTRIES keys each."""
+    def _groups(self, keys: np.ndarray, hot_set: set[int]):
+        """Yield (shard, hot, positions) chunks of at most MAX_ENTRIES keys each, keys in
+        `hot_set` in chunks of their own."""
         shard_of = keys % np.uint64(self._n_shards)
-        if self.cfg.group_hot and self.hot:
-            is_hot = np.fromiter((k in self.hot for k in keys.tolist()), bool, len(keys))
+        if self.cfg.group_hot and hot_set:
+            is_hot = np.fromiter((k in hot_set for k in keys.tolist()), bool, len(keys))
         else:
             is_hot = np.zeros(len(keys), bool)
         for shard in range(self._n_shards):
@@ -228,28 +273,44 @@ class Worker:
 
     # --- the three exchanges of an iteration ---
 
-    def _pull(self, t: int, keys: np.ndarray) -> np.ndarray:
-        pulled = np.zeros(len(keys), dtype=np.int32)
+    def _prepare_pull(self, t: int) -> tuple[np.ndarray, list[_Request]]:
+        """Iteration t's keys and PULL requests, keys the switch cache held in their own
+        packets (a PULL is answered by the switch only if all its keys hit)."""
+        keys = np.asarray(self.workload.pull_keys(self.cfg.worker_id, t), dtype=np.uint64)
         reqs = []
-        for shard, hot, pos in self._groups(keys):
+        for shard, hot, pos in self._groups(keys, self.cached):
             seq, self._next_pull = self._next_pull, self._next_pull + 1
             k = tuple(keys[pos].tolist())
             data = encode(Op.PULL, self.cfg.job_id, self.cfg.worker_id, seq, t, k)
             reqs.append(_Request(seq, shard, data, k, pos, len(k) if hot else 0))
+        return keys, reqs
+
+    def _pull(
+        self, t: int, reqs: list[_Request], n: int, idle: Callable[[], None] | None = None
+    ) -> np.ndarray:
+        pulled = np.zeros(n, dtype=np.int32)
+        hot, cached = self.hot, self.cached
 
         def on_reply(req: _Request, m: Message) -> bool:
             if m.iteration != t or m.keys != req.keys:
                 return False
             pulled[req.index] = m.values
+            if m.mask or req.hot:  # mask: cache hits, or keys the PS knows are cached
+                for i, key in enumerate(req.keys):
+                    if m.mask >> i & 1:
+                        cached.add(key)
+                        hot.add(key)  # it has a slot, so the switch aggregates it
+                    else:
+                        cached.discard(key)
             self.counters["pull_switch_hits" if m.flags & FLAG_FROM_SWITCH else "pull_ps"] += 1
             return True
 
-        self._transfer("pull", t, reqs, Op.PULL_REPLY, on_reply)
+        self._transfer("pull", t, reqs, Op.PULL_REPLY, on_reply, idle)
         return pulled
 
     def _push(self, t: int, keys: np.ndarray, values: np.ndarray) -> None:
         reqs = []
-        for shard, hot, pos in self._groups(keys):
+        for shard, hot, pos in self._groups(keys, self.hot):
             seq, self._next_seq = self._next_seq, self._next_seq + 1
             k = tuple(keys[pos].tolist())
             data = encode(Op.PUSH, self.cfg.job_id, self.cfg.worker_id, seq, t, k, values[pos])
@@ -268,12 +329,14 @@ class Worker:
 
         self._transfer("push", t, reqs, Op.PUSH_ACK, on_reply)
 
-    def _done(self, t: int) -> None:
+    def _done(self, t: int, idle: Callable[[], T] | None = None) -> T | None:
+        """DONE(t) to every shard until each acks; returns what `idle` (run once, while the
+        barrier is pending) returned."""
         reqs = [
             _Request(s, s, encode(Op.DONE, self.cfg.job_id, self.cfg.worker_id, s, t))
             for s in range(self._n_shards)
         ]
-        self._transfer("done", t, reqs, Op.DONE_ACK, lambda _r, m: m.iteration == t)
+        return self._transfer("done", t, reqs, Op.DONE_ACK, lambda _r, m: m.iteration == t, idle)
 
     # --- reliable request/reply engine ---
 
@@ -284,12 +347,21 @@ class Worker:
         reqs: list[_Request],
         reply_op: Op,
         on_reply: Callable[[_Request, Message], bool],
-    ) -> None:
+        idle: Callable[[], T] | None = None,
+    ) -> T | None:
         """Send `reqs` (ids increasing) with a sliding window over ids, resend on timeout,
-        and hand each matching reply to `on_reply` until every request is answered."""
+        and hand each matching reply to `on_reply` until every request is answered. `idle`
+        runs once, after the first sends (work that overlaps the wait); its result is
+        returned. A request is resent once its timeout has passed and no reply at all came
+        for one base timeout: replies still flowing mean the burst is being worked through,
+        so the timeout can be short without resending what is merely queued."""
         cfg = self.cfg
+        rtt = self._rtt_done if kind == "done" else self._rtt  # DONE waits for the barrier
         pending = deque(reqs)
         inflight: dict[int, _Request] = {}  # insertion order = id order: first = lowest unacked
+        result = None
+        log = self._log.write
+        quiet = time.perf_counter() + rtt.timeout()  # no resend before this
         while pending or inflight:
             if self._stop.is_set():
                 raise Interrupted(f"worker {cfg.worker_id} stopped in iteration {t}")
@@ -298,60 +370,81 @@ class Worker:
             while pending and (not inflight or pending[0].id < next(iter(inflight)) + cfg.window):
                 r = pending.popleft()
                 self._send(r.data, r.shard)
-                r.sent, r.start, r.due = time.time(), now, now + self._rto()
+                if kind == "done" and self._loss_seen and t - self._loss_seen <= 2:
+                    self._send(r.data, r.shard)  # packets are being lost: a copy saves a timeout
+                    self.counters["done_copies"] += 1
+                r.sent, r.start, r.last, r.due = time.time(), now, now, now + rtt.timeout()
                 inflight[r.id] = r
                 self.counters[f"{kind}_sent"] += 1
-            m = self._recv(min(r.due for r in inflight.values()) - now)
-            if m is not None:
+            if idle is not None:
+                result, idle = idle(), None
+                continue  # replies may be waiting: read them without blocking
+            replies = self._recv(max(quiet, min(r.due for r in inflight.values())) - now)
+            for m in replies:
                 if m.op != reply_op:
                     self.counters["stray_replies"] += 1
-                else:
-                    r = inflight.get(m.seq)
-                    if r is not None and on_reply(r, m):
-                        del inflight[m.seq]
-                        done = time.perf_counter()
-                        if r.tries == 0 and kind != "done":  # DONE waits for the barrier
-                            self._sample_rtt(done - r.start)
-                        self._log.write(
-                            (
-                                kind,
-                                t,
-                                r.id,
-                                r.shard,
-                                len(r.keys),
-                                r.hot,
-                                f"{r.sent:.6f}",
-                                f"{time.time():.6f}",
-                                f"{(done - r.start) * 1e6:.1f}",
-                                r.tries,
-                                int(bool(m.flags & FLAG_FROM_SWITCH)),
-                                m.mask,
-                                "",
-                            )
-                        )
-                    else:
-                        self.counters["late_replies"] += 1
+                    continue
+                r = inflight.get(m.seq)
+                if r is None or not on_reply(r, m):
+                    self.counters["late_replies"] += 1
+                    continue
+                del inflight[m.seq]
+                done = time.perf_counter()
+                if r.tries == 0:
+                    rtt.sample(done - r.start)
+                quiet = done + rtt.timeout()
+                if not m.flags & FLAG_FROM_SWITCH:
+                    self._fast_retransmit(kind, inflight, r, rtt)
+                log(
+                    (
+                        kind,
+                        t,
+                        r.id,
+                        r.shard,
+                        len(r.keys),
+                        r.hot,
+                        f"{r.sent:.6f}",
+                        f"{time.time():.6f}",
+                        f"{(done - r.start) * 1e6:.1f}",
+                        r.tries,
+                        int(bool(m.flags & FLAG_FROM_SWITCH)),
+                        m.mask,
+                        "",
+                    )
+                )
             now = time.perf_counter()
+            if now < quiet:
+                continue
             for r in inflight.values():
                 if r.due <= now:
-                    r.tries += 1
-                    r.due = now + min(self._rto() * (2**r.tries), cfg.rto_max)
-                    data = bytearray(r.data)
-                    data[2] |= FLAG_RETRANSMIT
-                    self._send(bytes(data), r.shard)
-                    self.counters[f"{kind}_retransmits"] += 1
+                    self._resend(kind, r, rtt, now)
+        if idle is not None:  # nothing was sent
+            result = idle()
+        return result
 
-    def _sample_rtt(self, rtt: float) -> None:
-        if self._srtt is None:
-            self._srtt, self._rttvar = rtt, rtt / 2
-        else:
-            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - rtt)
-            self._srtt = 0.875 * self._srtt + 0.125 * rtt
+    def _fast_retransmit(
+        self, kind: str, inflight: dict[int, _Request], answered: _Request, rtt: RttEstimator
+    ) -> None:
+        """A PS reply to `answered` means every request sent to that shard before it (and
+        not resent since) was lost, or its reply was: the switch handles a port's frames in
+        order and so does the PS, whether the switch answers a request or forwards it. So
+        resend those now instead of waiting for their timeout."""
+        now = time.perf_counter()
+        for r in inflight.values():  # in id order, which is send order
+            if r.id >= answered.id:
+                break
+            if r.shard == answered.shard and r.last <= answered.start:
+                self._resend(kind, r, rtt, now)
+                self.counters[f"{kind}_fast_retransmits"] += 1
 
-    def _rto(self) -> float:
-        if self._srtt is None:
-            return self.cfg.rto
-        return max(self.cfg.rto, min(self.cfg.rto_max, self._srtt + 4 * self._rttvar))
+    def _resend(self, kind: str, r: _Request, rtt: RttEstimator, now: float) -> None:
+        self._loss_seen = self._iteration
+        r.tries += 1
+        r.last, r.due = now, now + rtt.timeout(r.tries)
+        data = bytearray(r.data)
+        data[2] |= FLAG_RETRANSMIT
+        self._send(bytes(data), r.shard)
+        self.counters[f"{kind}_retransmits"] += 1
 
     def _send(self, data: bytes, shard: int) -> None:
         try:
@@ -361,25 +454,31 @@ class Worker:
             if self.counters["send_errors"] == 1:
                 print(f"worker {self.cfg.worker_id}: send failed: {exc}", file=sys.stderr)
 
-    def _recv(self, timeout: float) -> Message | None:
+    def _recv(self, timeout: float) -> list[Message]:
+        """Wait up to `timeout` for a datagram, then take whatever else is already queued."""
+        out: list[Message] = []
+        sock = self.sock
         # Wake at least every 0.2 s to notice stop() and the deadline.
-        self.sock.settimeout(self._deadline.remaining(min(max(timeout, 0.0), 0.2)))
-        try:
-            data = self.sock.recv(RECV_SIZE)
-        except (TimeoutError, BlockingIOError):
-            return None
-        except OSError:  # e.g. ECONNREFUSED surfaced by ICMP: treat as loss
-            self.counters["recv_errors"] += 1
-            return None
-        try:
-            m = decode(data)
-        except CodecError:
-            self.counters["malformed"] += 1
-            return None
-        if m.job_id != self.cfg.job_id or m.worker_id != self.cfg.worker_id:
-            self.counters["foreign"] += 1
-            return None
-        return m
+        sock.settimeout(self._deadline.remaining(min(max(timeout, 0.0), 0.2)))
+        while len(out) < _RECV_BATCH:
+            try:
+                data = sock.recv(RECV_SIZE)
+            except (TimeoutError, BlockingIOError):
+                break
+            except OSError:  # e.g. ECONNREFUSED surfaced by ICMP: treat as loss
+                self.counters["recv_errors"] += 1
+                break
+            sock.settimeout(0.0)
+            try:
+                m = decode(data)
+            except CodecError:
+                self.counters["malformed"] += 1
+                continue
+            if m.job_id != self.cfg.job_id or m.worker_id != self.cfg.worker_id:
+                self.counters["foreign"] += 1
+                continue
+            out.append(m)
+        return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -389,7 +488,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ps", required=True, help="PS shard addresses ip[:port],... in shard order")
     p.add_argument("--iterations", type=positive_int, required=True)
     p.add_argument("--bind", default="127.0.0.1:0", help="local ip:port (default 127.0.0.1:0)")
-    p.add_argument("--rto", type=float, default=0.05, help="minimum retransmit timeout, s")
+    p.add_argument(
+        "--rto",
+        type=float,
+        default=0.003,
+        help="minimum retransmit timeout, s (it adapts to the measured RTT)",
+    )
     p.add_argument("--rto-max", type=float, default=1.0, help="retransmit timeout cap, s")
     p.add_argument("--no-group-hot", action="store_true", help="mix hot and cold keys")
     p.add_argument(

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hosts.agent import AgentError, DeadlineExceeded
-from hosts.codec import HEADER, encode
+from hosts.agent import INITIAL_RTO, AgentError, DeadlineExceeded, RttEstimator
+from hosts.codec import HEADER, decode, encode
 from hosts.protocol import Op, Stat
 from hosts.ps import ParameterServer, PSConfig
 from hosts.stats import load_params, params_sha256, read_frequency
@@ -51,6 +51,7 @@ def run_job(
     relay=None,
     collect=False,
     rto=0.02,
+    rto_max=None,
     group_hot=True,
 ):
     """PS shard threads + worker threads, optionally through a Relay; returns
@@ -67,6 +68,7 @@ def run_job(
             shard=s,
             n_shards=shards,
             rto=rto,
+            rto_max=rto_max or 0.4,
             linger=0.3,
             deadline=25,
             log_path=str(tmp_path / f"ps{s}.csv"),
@@ -90,7 +92,7 @@ def run_job(
                 ps_addrs,
                 iterations,
                 rto=rto,
-                rto_max=0.1,
+                rto_max=rto_max or 0.1,
                 deadline=25,
                 group_hot=group_hot,
                 log_path=str(tmp_path / f"w{w}.csv"),
@@ -477,3 +479,170 @@ def test_cli_run_matches_reference_and_sigterm_is_clean(tmp_path) -> None:
         assert p.wait(5) == code, p.stderr.read()
     assert "push," in (tmp_path / "w.csv").read_text()
     assert json.loads((tmp_path / "ps2.json").read_text())["counters"]["barrier"] == 1
+
+
+# --- loss recovery, barrier and hot-key learning ---
+
+
+def test_rtt_estimator_adapts_with_floor_backoff_and_cap() -> None:
+    est = RttEstimator(floor=0.002, cap=0.1)
+    assert est.timeout() == INITIAL_RTO  # nothing measured yet: conservative
+    for _ in range(50):
+        est.sample(0.0001)
+    assert est.timeout() == 0.002  # a fast path is still given the floor
+    for _ in range(50):
+        est.sample(0.004)
+    assert 0.004 <= est.timeout() < 0.01
+    assert est.timeout(2) == pytest.approx(4 * est.timeout())  # doubled per retry
+    assert est.timeout(10) == 0.1  # capped
+    assert RttEstimator(floor=0.001, cap=0.01).timeout() == 0.01  # initial within the cap
+
+
+class _DropOnce(Relay):
+    """Drops the first datagram `match` accepts before it reaches the switch (or upstream)."""
+
+    def __init__(self, upstreams, match, **kwargs) -> None:
+        super().__init__(upstreams, **kwargs)
+        self.match, self.dropped = match, 0
+
+    def _through_switch(self, data: bytes, from_client: bool):
+        if not self.dropped and self.match(data):
+            self.dropped += 1
+            return "drop", data
+        return super()._through_switch(data, from_client)
+
+
+def test_a_lost_request_is_resent_when_a_later_one_is_answered(tmp_path) -> None:
+    # Worker 0's first PULL is lost. Timeouts are 5 s, but the reply to its second PULL shows
+    # that the first was lost (the path and the PS keep order): it is resent at once.
+    wl = zipf()
+
+    def first_pull(data: bytes) -> bool:
+        m = decode(data)
+        return m.op == Op.PULL and m.worker_id == 0 and m.seq == 1
+
+    relay = lambda ups: _DropOnce(ups, first_pull)  # noqa: E731
+    params, summaries, results, r = run_job(wl, 2, 2, tmp_path, relay=relay, rto=5.0, rto_max=10.0)
+    check_exact(wl, 2, 2, params, summaries)
+    assert r.dropped == 1 and results[0].counters["pull_fast_retransmits"] == 1
+    assert results[0].elapsed < 4.0  # no 5 s timeout was waited for (wide margin: CI is shared)
+    assert results[0].counters.get("done_copies", 0) > 0  # it had to resend: DONE twice
+
+
+def test_a_lost_collect_is_asked_again_when_a_later_one_is_answered(tmp_path) -> None:
+    wl = zipf()
+    sw = make_switch("model", (0, 0, HOT_SLOTS), _switch(wl, 40))
+    relay = lambda ups: _DropOnce(ups, lambda d: d[1] == Op.COLLECT, switch=sw)  # noqa: E731
+    params, summaries, results, r = run_job(
+        wl, 2, 2, tmp_path, relay=relay, collect=True, rto=5.0, rto_max=10.0
+    )
+    check_exact(wl, 2, 2, params, summaries)
+    c = summaries[0]["counters"]
+    assert r.dropped == 1 and c["collect_fast_retransmits"] == 1 and c["collect_reply"] == 16
+    assert max(res.elapsed for res in results) < 4.0  # no 5 s timeout was waited for
+
+
+class _NoWritebackAcks(Relay):
+    """The switch caches what WRITEBACKs carry, but every WRITEBACK_ACK is lost."""
+
+    def _through_switch(self, data: bytes, from_client: bool):
+        action, out = super()._through_switch(data, from_client)
+        if action == "reply" and out[1] == Op.WRITEBACK_ACK:
+            self.counters["wb_acks_dropped"] += 1
+            return "drop", out
+        return action, out
+
+
+def test_done_ack_does_not_wait_for_writeback_acks(tmp_path) -> None:
+    # WRITEBACK_ACKs never arrive and their timeout is 5 s: the barrier must not wait for them
+    # (DONE_ACK leaves right behind the WRITEBACKs), and the cache still serves pulls.
+    wl = zipf()
+    sw = make_switch("model", (0, 0, HOT_SLOTS), _switch(wl, 40))
+    relay = lambda ups: _NoWritebackAcks(ups, switch=sw)  # noqa: E731
+    params, summaries, results, r = run_job(
+        wl, 3, 4, tmp_path, relay=relay, collect=True, rto=5.0, rto_max=10.0
+    )
+    check_exact(wl, 3, 4, params, summaries)
+    c = summaries[0]["counters"]
+    assert r.counters["wb_acks_dropped"] > 0 and "writeback_ack" not in c
+    assert c["writeback_unanswered"] > 0  # counted when the next WRITEBACKs start
+    assert sw.stats[Stat.PULL_HIT] > 0
+    assert max(res.elapsed for res in results) < 10.0  # 3 barriers waiting 5 s: 15 s
+
+
+def test_pull_reply_marks_keys_the_cache_holds() -> None:
+    switch = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    switch.bind(("127.0.0.1", 0))
+    ps = ParameterServer(
+        PSConfig(
+            JOB,
+            1,
+            100,
+            bind=("127.0.0.1", 0),
+            collect=True,
+            switch=switch.getsockname(),
+            hot_slots=8,
+            deadline=10,
+        )
+    )
+    out: dict = {}
+    th = _thread(ps.run, out, "ps")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as w:
+        w.settimeout(5)
+        # The switch cached key 5 for iteration 1, and refused key 6.
+        ack = encode(Op.WRITEBACK_ACK, JOB, 0, 99, 1, [5, 6], [0, 0], mask=0b01)
+        switch.sendto(ack, ps.address)
+        w.sendto(encode(Op.PULL, JOB, 0, 1, 1, [6, 5, 7], mask=0b100), ps.address)
+        reply = decode(w.recv(2048))
+        # The switch's own hit bit (entry 2) stays, the PS adds entry 1 (key 5).
+        assert reply.op == Op.PULL_REPLY and reply.keys == (6, 5, 7) and reply.mask == 0b110
+        w.sendto(encode(Op.PULL, JOB, 0, 2, 1, [5]), ps.address)
+        assert decode(w.recv(2048)).mask == 0b1
+    ps.stop()
+    th.join(5)
+    switch.close()
+    ps.close()
+    assert out["ps"]["counters"]["writeback_rejected"] == 1
+
+
+def test_worker_groups_keys_the_cache_holds_as_hot(tmp_path) -> None:
+    # A fake PS marks every even key as cached in its PULL_REPLYs: the worker must push the
+    # even keys in packets of their own, already in the same iteration.
+    wl = zipf()
+    fake = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    fake.bind(("127.0.0.1", 0))
+    fake.settimeout(5)
+    pushes: list[tuple[int, ...]] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                data, addr = fake.recvfrom(2048)
+            except OSError:
+                return
+            m = decode(data)
+            if m.op == Op.PULL:
+                mask = sum(1 << i for i, k in enumerate(m.keys) if k % 2 == 0)
+                values = [0] * m.count
+                reply = encode(Op.PULL_REPLY, JOB, 0, m.seq, m.iteration, m.keys, values, mask=mask)
+            elif m.op == Op.PUSH:
+                pushes.append(m.keys)
+                reply = encode(Op.PUSH_ACK, JOB, 0, m.seq, m.iteration)
+            else:
+                reply = encode(Op.DONE_ACK, JOB, 0, m.seq, m.iteration)
+                fake.sendto(reply, addr)
+                return
+            fake.sendto(reply, addr)
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    w = Worker(WorkerConfig(JOB, 0, [fake.getsockname()], 1, deadline=10), wl)
+    result = w.run()
+    th.join(5)
+    w.close()
+    fake.close()
+    keys = wl.pull_keys(0, 1)
+    assert sorted(k for p in pushes for k in p) == sorted(keys.tolist())
+    assert all(len({k % 2 for k in p}) == 1 for p in pushes)
+    assert sum(1 for p in pushes if p[0] % 2 == 0) == -(-int(np.sum(keys % 2 == 0)) // 8)
+    assert result.cpu is not None and result.cpu["user_s"] >= 0
