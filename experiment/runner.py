@@ -35,7 +35,7 @@ class RunConfig:
     target: str = "embedded"
     topo: Path = REPO_ROOT / "topologies" / "star.json"
     workers: int = 4
-    iterations: int = 20
+    iterations: int = 50
     skew: float = 1.1
     keys: int = 100_000
     keys_per_iter: int = 256
