@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display on a test VM or in CI
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from experiment.report import worker_rows
 from experiment.runner import PhaseResult
@@ -38,6 +39,10 @@ def latency_cdfs(path: Path, phases: dict[str, PhaseResult], workers: int) -> No
             ]
             _cdf(ax, vals, mode)
         ax.set_xscale("log")
+        # plain numbers, and no labels on minor ticks (they collide on narrow ranges)
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"{kind} latency (ms, log)")
         ax.set_ylabel("fraction")
         ax.grid(alpha=0.3)
