@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
+import struct
 import sys
 import threading
 import time
@@ -69,8 +71,9 @@ from hosts.protocol import (
 from hosts.stats import CsvLog, params_sha256, save_params, write_frequency, write_json
 
 # Request log (--log): one row per request received (and per COLLECT/WRITEBACK sent).
-# arrival = wall clock (s) when the datagram was read, start = when its handling began (the PS
-# drains up to _BATCH datagrams per wake-up, so start - arrival is queueing in the PS), reply =
+# arrival = wall clock (s) when the kernel received the datagram (SO_TIMESTAMPNS; where that is
+# not available, when it was read), start = when its handling began (so start - arrival is
+# queueing at the PS: its socket buffer plus the batch ahead of it), reply =
 # when the answer was sent (empty: none; DONE rows are written at the barrier, so their reply
 # is the DONE_ACK time); result = accepted | dup | stale | replied | held | barrier | reack |
 # waiting | collected | cached | unanswered | an error counter name (malformed, bad_key...).
@@ -88,6 +91,9 @@ LOG_COLUMNS = (
     "peer",
 )
 _OP_NAMES = {op.value: op.name for op in Op}
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; SCM_TIMESTAMPNS has the same value
+_TIMESPEC = struct.Struct("@qq")
+_CMSG_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
 _BATCH = 64  # datagrams drained per wake-up; arrival vs start then shows queueing in the PS
 
 
@@ -187,6 +193,11 @@ class ParameterServer:
         self._loss_seen = 0  # the latest iteration that saw a retransmitted request
         self._cpu: list[tuple] = []  # cpu_usage() at the first request and at the finish
         self.sock = open_udp(config.bind)
+        try:  # kernel receive times, so that queueing in the socket buffer counts as PS queueing
+            self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            self._cmsg_space = _CMSG_SPACE
+        except OSError:
+            self._cmsg_space = 0
         self.address: Address = self.sock.getsockname()
 
     def stop(self) -> None:
@@ -241,13 +252,18 @@ class ParameterServer:
         self.sock.settimeout(timeout)
         while len(out) < _BATCH:
             try:
-                data, addr = self.sock.recvfrom(RECV_SIZE)
+                data, ancdata, _flags, addr = self.sock.recvmsg(RECV_SIZE, self._cmsg_space)
             except (TimeoutError, BlockingIOError, InterruptedError):
                 break
             except OSError:  # an ICMP error surfaced on the socket: nothing to read
                 self.counters["recv_errors"] += 1
                 break
-            out.append((data, addr, time.time()))
+            arrival = time.time()
+            for level, kind, cdata in ancdata:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(cdata) >= 16:
+                    sec, nsec = _TIMESPEC.unpack_from(cdata)
+                    arrival = sec + nsec * 1e-9
+            out.append((data, addr, arrival))
             self.sock.settimeout(0.0)  # drain what is already queued without waiting
         return out
 
