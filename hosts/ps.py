@@ -18,7 +18,8 @@ Parameters are fixed-point int64 over the key space; this shard owns key % n_sha
   any later DONE(t). While workers are retransmitting, each DONE_ACK is sent twice.
 - Hot keys (for WRITEBACK) are the keys this shard collected; a key leaves the set when a
   WRITEBACK_ACK has its mask bit clear. Values beyond int32 are not written back.
-Server-only mode (collect off) skips COLLECT and WRITEBACK.
+Server-only mode (collect off) skips COLLECT and WRITEBACK. The conversation with the switch
+(sending, resending, reading replies) lives in hosts/switch_channel.py.
 Choices beyond the design: every shard collects all of the job's slots and keeps only its own
 keys; DONE.seq must equal this shard's index (the worker's shard list must match ours).
 
@@ -48,7 +49,6 @@ from hosts.agent import (
     Deadline,
     DeadlineExceeded,
     Interrupted,
-    RttEstimator,
     cpu_report,
     cpu_usage,
     install_stop_signals,
@@ -63,12 +63,12 @@ from hosts.protocol import (
     HOTAGG_PORT,
     INT32_MAX,
     INT32_MIN,
-    MAX_ENTRIES,
     MAX_WORKERS,
     NUM_SLOTS,
     Op,
 )
 from hosts.stats import CsvLog, params_sha256, save_params, write_frequency, write_json
+from hosts.switch_channel import SwitchChannel
 
 # Request log (--log): one row per request received (and per COLLECT/WRITEBACK sent).
 # arrival = wall clock (s) when the kernel received the datagram (SO_TIMESTAMPNS; where that is
@@ -143,26 +143,6 @@ class _Dedup:
         self.masks = [0] * DEDUP_WINDOW
 
 
-class _Channel:
-    """One kind of control packet to the switch: a queue and the packets in flight, each
-    seq -> [item, sent (wall clock), due, tries, first sent, last sent] (perf_counter but
-    the wall clock `sent`, which is for the log)."""
-
-    __slots__ = ("inflight", "iteration", "name", "op", "queue", "retries")
-
-    def __init__(self, op: Op, retries: int) -> None:
-        self.op, self.name, self.retries = op, op.name.lower(), retries
-        self.iteration = 0
-        self.queue: deque[tuple] = deque()
-        self.inflight: dict[int, list] = {}
-
-    def timed(self) -> bool:
-        """Whether packets in flight need their timeouts watched: to be asked again, or to
-        free the window for queued ones. Otherwise (all WRITEBACKs sent) an unanswered one
-        is only counted when the next iteration's WRITEBACKs start."""
-        return bool(self.inflight) and (self.retries > 0 or bool(self.queue))
-
-
 class ParameterServer:
     def __init__(self, config: PSConfig) -> None:
         config.validate()
@@ -182,14 +162,8 @@ class ParameterServer:
         self._collected: tuple[list[int], list[int]] = ([], [])
         self._held: deque[tuple[Message, Address, float]] = deque()
         self._barrier: str | None = None  # "collect" / "writeback" while the barrier runs
-        self._collect = _Channel(Op.COLLECT, config.collect_retries)
-        self._writeback = _Channel(Op.WRITEBACK, 0)
-        self._ctl_seq = 1
-        self._ctl_rtt = RttEstimator(config.rto, config.rto_max)  # COLLECT/WRITEBACK timeouts
         self._peers: dict[Address, str] = {}  # address -> "ip:port" for the log
-        self._cached: dict[int, int] = {}  # key -> iteration its WRITEBACK was acked for
         self._stop = threading.Event()
-        self._warned_lost = False
         self._loss_seen = 0  # the latest iteration that saw a retransmitted request
         self._cpu: list[tuple] = []  # cpu_usage() at the first request and at the finish
         self.sock = open_udp(config.bind)
@@ -199,6 +173,7 @@ class ParameterServer:
         except OSError:
             self._cmsg_space = 0
         self.address: Address = self.sock.getsockname()
+        self._switch = SwitchChannel(config, self._send, self._row, self.counters)
 
     def stop(self) -> None:
         self._stop.set()
@@ -218,12 +193,7 @@ class ParameterServer:
         try:
             while not self._stop.is_set():
                 deadline.check()
-                timeout = 0.2
-                for ch in (self._collect, self._writeback):
-                    if ch.timed():
-                        due = min(c[2] for c in ch.inflight.values())
-                        timeout = min(timeout, max(0.0, due - time.perf_counter()))
-                batch = self._recv_batch(deadline.remaining(timeout))
+                batch = self._recv_batch(deadline.remaining(self._switch.timeout(0.2)))
                 if batch:
                     last_rx = time.perf_counter()
                     if not self._cpu:
@@ -233,7 +203,7 @@ class ParameterServer:
                     self._handle(data, addr, arrival)
                     if self.finished and not was_finished:
                         finished_at = time.perf_counter()
-                if self._barrier or self._writeback.queue:
+                if self._barrier or self._switch.writeback_queued():
                     was_finished = self.finished
                     self._advance()
                     if self.finished and not was_finished:
@@ -319,7 +289,8 @@ class ParameterServer:
         elif m.op == Op.COLLECT_REPLY:
             result = self._on_collect_reply(m)
         elif m.op == Op.WRITEBACK_ACK:
-            result = self._on_writeback_ack(m)
+            self.hot.difference_update(self._switch.on_writeback_ack(m))
+            result = "writeback_ack"
         else:
             result = "unexpected_op"
         self.counters[result] += 1
@@ -380,7 +351,7 @@ class ParameterServer:
             self.counters["saturated"] += 1
         # mask: the switch's cache-hit bits, plus the keys this PS knows the cache holds for
         # this iteration (acked WRITEBACKs), so that workers learn them as hot.
-        mask, cached, it = m.mask, self._cached, m.iteration
+        mask, cached, it = m.mask, self._switch.cached, m.iteration
         if cached:
             for i, key in enumerate(m.keys):
                 if cached.get(key) == it:
@@ -410,117 +381,36 @@ class ParameterServer:
         return encode(Op.DONE_ACK, self.cfg.job_id, worker, self.cfg.shard, iteration)
 
     # --- barrier: collect, apply, write back, release ---
-    # COLLECT and WRITEBACK go to the switch through a _Channel each: at most collect_window
-    # packets in flight; a COLLECT is asked again up to collect_retries times, a WRITEBACK is
-    # sent once (its loss only costs cache hits). DONE_ACK(t) leaves as soon as the last
-    # WRITEBACK for t+1 is sent, without waiting for the acks: it goes out on the same socket
-    # to the same first switch, which handles a port's frames in order, so the cache is filled
-    # before any worker learns it may pull t+1. A WRITEBACK that is lost, or ordered after a
-    # pull by some other path, only turns that pull into a miss the PS answers.
+    # COLLECT and WRITEBACK go through self._switch (hosts/switch_channel.py). DONE_ACK(t)
+    # leaves as soon as the last WRITEBACK for t+1 is sent, without waiting for the acks: it
+    # goes out on the same socket to the same first switch, which handles a port's frames in
+    # order, so the cache is filled before any worker learns it may pull t+1. A WRITEBACK that
+    # is lost, or ordered after a pull by some other path, only turns that pull into a miss the
+    # PS answers.
 
     def _finalize(self) -> None:
         if not self.cfg.collect:
             self._apply()
             return
         self._barrier = "collect"
-        step = MAX_ENTRIES
-        items = [
-            (list(range(i, min(i + step, self.cfg.hot_slots))), None)
-            for i in range(0, self.cfg.hot_slots, step)
-        ]
-        self._ctl_start(self._collect, self.cur, items)
+        self._switch.start_collect(self.cur)
         self._advance()
 
     def _advance(self) -> None:
-        """Tick the channels and move the barrier on when its step is complete."""
-        for ch in (self._collect, self._writeback):
-            if ch.queue or ch.timed():
-                self._ctl_tick(ch)
-        if self._barrier == "collect" and not (self._collect.queue or self._collect.inflight):
+        """Tick the switch channel and move the barrier on when its step is complete."""
+        self._switch.tick()
+        if self._barrier == "collect" and not self._switch.collecting():
             self._apply()
-        elif self._barrier == "writeback" and not self._writeback.queue:
+        elif self._barrier == "writeback" and not self._switch.writeback_queued():
             self._release()
 
-    def _ctl_start(self, ch: _Channel, iteration: int, items: list[tuple]) -> None:
-        for c in ch.inflight.values():  # the previous iteration's unanswered packets
-            self._ctl_lost(ch, c)
-        if ch.queue:  # never sent, now outdated
-            self.counters[f"{ch.name}_dropped"] += len(ch.queue)
-        ch.inflight.clear()
-        ch.iteration, ch.queue = iteration, deque(items)
-        self._ctl_tick(ch)
-
-    def _ctl_lost(self, ch: _Channel, c: list) -> None:
-        cfg = self.cfg
-        self.counters[f"{ch.name}_unanswered"] += 1
-        self._row(c[1], c[1], None, ch.op.name, None, "unanswered", cfg.switch)
-        if ch.op == Op.COLLECT and not self._warned_lost:
-            self._warned_lost = True
-            print(
-                f"PS shard {cfg.shard}: COLLECT to {cfg.switch[0]}:{cfg.switch[1]} "
-                f"unanswered after {ch.retries} retries; iteration {ch.iteration} may miss "
-                "switch sums (is the switch there?)",
-                file=sys.stderr,
-            )
-
-    def _ctl_packet(self, ch: _Channel, seq: int, item: tuple, flags: int = 0) -> bytes:
-        job, shard = self.cfg.job_id, self.cfg.shard
-        return encode(ch.op, job, shard, seq, ch.iteration, item[0], item[1], flags=flags)
-
-    def _ctl_tick(self, ch: _Channel) -> None:
-        cfg, now = self.cfg, time.perf_counter()
-        for seq, c in list(ch.inflight.items()):
-            if c[2] > now:
-                continue
-            if c[3] >= ch.retries:
-                del ch.inflight[seq]
-                self._ctl_lost(ch, c)
-                continue
-            self._ctl_resend(ch, seq, c, now)
-        while ch.queue and len(ch.inflight) < cfg.collect_window:
-            item, seq = ch.queue.popleft(), self._ctl_seq
-            self._ctl_seq += 1
-            ch.inflight[seq] = [item, time.time(), now + self._ctl_rtt.timeout(), 0, now, now]
-            self._send(self._ctl_packet(ch, seq, item), cfg.switch)
-            self.counters[f"{ch.name}_sent"] += 1
-
-    def _ctl_resend(self, ch: _Channel, seq: int, c: list, now: float) -> None:
-        c[3] += 1
-        c[2], c[5] = now + self._ctl_rtt.timeout(c[3]), now
-        self._send(self._ctl_packet(ch, seq, c[0], FLAG_RETRANSMIT), self.cfg.switch)
-        self.counters[f"{ch.name}_retransmits"] += 1
-
     def _on_collect_reply(self, m: Message) -> str:
-        ch = self._collect
-        c = ch.inflight.get(m.seq)
-        if c is None or m.iteration != ch.iteration or self._barrier != "collect":
-            return "late_reply"
-        if m.count != len(c[0][0]):
-            return "bad_reply"  # left in flight: asked again
-        del ch.inflight[m.seq]
-        now = time.perf_counter()
-        if c[3] == 0:
-            self._ctl_rtt.sample(now - c[4])
-        # The switch answers COLLECTs in order: an unanswered one sent (last) before this
-        # one was first sent is lost, or its reply is; ask again now.
-        for seq, d in list(ch.inflight.items()):
-            if seq < m.seq and d[5] <= c[4]:
-                self._ctl_resend(ch, seq, d, now)
-                self.counters["collect_fast_retransmits"] += 1
-        space, n, shard = self.cfg.key_space, self.cfg.n_shards, self.cfg.shard
-        for i, (key, value) in enumerate(zip(m.keys, m.values)):
-            if not m.mask >> i & 1:
-                continue
-            if key >= space:
-                self.counters["collect_bad_key"] += 1
-            elif key % n != shard:
-                self.counters["collect_other_shard"] += 1  # another shard's PS takes it
-            else:
-                self._collected[0].append(key)
-                self._collected[1].append(value)
-                self.hot.add(key)
-        self._row(c[1], c[1], time.time(), "COLLECT", m, "collected", self.cfg.switch)
-        return "collect_reply"
+        result, keys, values = self._switch.on_collect_reply(m, self._barrier == "collect")
+        if keys:
+            self._collected[0].extend(keys)
+            self._collected[1].extend(values)
+            self.hot.update(keys)
+        return result
 
     def _apply(self) -> None:
         """Apply iteration cur's cold and collected sums, then write back or release."""
@@ -541,28 +431,10 @@ class ParameterServer:
         values = self.params[keys]
         fits = (values >= -(1 << 31)) & (values < 1 << 31)  # else the PS answers (saturated)
         self.counters["writeback_skipped"] += int((~fits).sum())
-        keys, values = keys[fits].tolist(), values[fits].tolist()
-        step = MAX_ENTRIES
-        items = [(keys[i : i + step], values[i : i + step]) for i in range(0, len(keys), step)]
         self._barrier = "writeback"
-        self._ctl_start(self._writeback, self.cur + 1, items)
-        if not self._writeback.queue:
+        self._switch.start_writeback(self.cur + 1, keys[fits].tolist(), values[fits].tolist())
+        if not self._switch.writeback_queued():
             self._release()
-
-    def _on_writeback_ack(self, m: Message) -> str:
-        for i, key in enumerate(m.keys):
-            if m.mask >> i & 1:
-                self._cached[key] = m.iteration
-                self.counters["writeback_cached"] += 1
-            else:
-                self.hot.discard(key)  # the switch no longer holds it: stop writing it back
-                self._cached.pop(key, None)
-                self.counters["writeback_rejected"] += 1
-        c = self._writeback.inflight.pop(m.seq, None)
-        if c is not None:
-            self._ctl_rtt.sample(time.perf_counter() - c[4])
-            self._row(c[1], c[1], time.time(), "WRITEBACK", m, "cached", self.cfg.switch)
-        return "writeback_ack"
 
     def _release(self) -> None:
         """DONE_ACK(cur) to every worker, move to the next iteration, answer held pulls."""
