@@ -138,6 +138,22 @@ def dissection(path: Path, summary: dict) -> None:
     plt.close(fig)
 
 
+def loss_curves(path: Path, summary: dict) -> None:
+    """Training loss per iteration (lr workload): the two modes must draw the same curve."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for mode, style in (("server", "-"), ("offload", "--")):
+        curve = summary["modes"][mode]["loss_curve"]
+        ax.plot(range(1, len(curve) + 1), curve, style, color=COLORS[mode], label=LABELS[mode])
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("mean logistic loss of the workers' batches")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title("Training loss per iteration, both modes")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def make_plots(run_dir: Path, summary: dict, phases: dict[str, PhaseResult], workers: int) -> None:
     measured = {m: phases[m] for m in ("server", "offload")}
     latency_cdfs(run_dir / "latency_cdf.png", measured, workers)
@@ -146,3 +162,5 @@ def make_plots(run_dir: Path, summary: dict, phases: dict[str, PhaseResult], wor
     if warm is not None:
         skew(run_dir / "skew.png", sorted(warm.dir.glob("freq*.csv")), summary["hot_set"])
     dissection(run_dir / "latency_dissection.png", summary)
+    if all("loss_curve" in summary["modes"][m] for m in ("server", "offload")):
+        loss_curves(run_dir / "loss_curve.png", summary)
