@@ -15,7 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
-from experiment.runner import Experiment, ExperimentError, RunConfig, say
+from experiment.runner import Experiment, ExperimentError, PreflightError, RunConfig, say
 
 WARMUP_STREAM_OFFSET = 1_000_000  # far beyond any measured iteration
 
@@ -201,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return run(cfg)
+    except PreflightError as e:
+        print(f"hotagg: error: {e}", file=sys.stderr)
+        return 2
     except (ExperimentError, ControllerError) as e:
         print(f"hotagg: error: {e}", file=sys.stderr)
         return 3

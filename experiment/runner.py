@@ -30,6 +30,10 @@ class ExperimentError(RuntimeError):
     """The run cannot go on; the message says why and what to do."""
 
 
+class PreflightError(ExperimentError):
+    """The run cannot start: bad options or missing prerequisites."""
+
+
 @dataclass
 class RunConfig:
     target: str = "embedded"
@@ -88,24 +92,24 @@ class Experiment:
         from topologies.topology import load_topology
 
         if os.geteuid() != 0:
-            raise ExperimentError("make run needs root (Mininet namespaces): sudo make run")
+            raise PreflightError("make run needs root (Mininet namespaces): sudo make run")
         if why := missing_prerequisites():
-            raise ExperimentError(why)
+            raise PreflightError(why)
         if self.cfg.target == "bmv2" and (why := bmv2_missing()):
-            raise ExperimentError(f"TARGET=bmv2: {why}; use TARGET=embedded")
+            raise PreflightError(f"TARGET=bmv2: {why}; use TARGET=embedded")
         if not 0.0 <= self.cfg.loss < 1.0:
-            raise ExperimentError(f"LOSS={self.cfg.loss} must be in [0, 1)")
+            raise PreflightError(f"LOSS={self.cfg.loss} must be in [0, 1)")
         self.topology = load_topology(self.cfg.topo)
         workers = self.topology.workers
         if not 1 <= self.cfg.workers <= len(workers):
-            raise ExperimentError(
+            raise PreflightError(
                 f"WORKERS={self.cfg.workers}, but {self.cfg.topo} has {len(workers)} worker hosts"
             )
         if not self.topology.parameter_servers:
-            raise ExperimentError(f"{self.cfg.topo} has no host with role 'ps'")
+            raise PreflightError(f"{self.cfg.topo} has no host with role 'ps'")
         for ps in self.topology.parameter_servers:
             if self.topology.service_ip_for(ps.name) is None:
-                raise ExperimentError(f"the switch of PS {ps.name} does not aggregate")
+                raise PreflightError(f"the switch of PS {ps.name} does not aggregate")
 
     def make_run_dir(self) -> Path:
         stamp = time.strftime("%Y%m%d-%H%M%S")
