@@ -27,6 +27,13 @@ def positive(text: str) -> int:
     return value
 
 
+def nonnegative(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
 def probability(text: str) -> float:
     value = float(text)
     if not 0.0 <= value < 1.0:
@@ -45,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--topo", type=Path, default=d.topo, help="topology.json (default: star)")
     run.add_argument("--workers", type=positive, default=d.workers)
     run.add_argument("--iterations", type=positive, default=d.iterations)
-    run.add_argument("--skew", type=float, default=d.skew, help="Zipf exponent")
+    run.add_argument("--skew", type=nonnegative, default=d.skew, help="Zipf exponent")
     run.add_argument("--keys", type=positive, default=d.keys, help="key space (parameters)")
     run.add_argument(
         "--keys-per-iter",
