@@ -12,7 +12,8 @@ Parameters are fixed-point int64 over the key space; this shard owns key % n_sha
   clamped to int32.
 - DONE(t) from every worker: COLLECT iteration t from the switch (offsets 0..hot_slots-1,
   MAX_ENTRIES per packet; a lost reply is asked again after an RTT-based timeout, or at once
-  when a later COLLECT is answered first, given up after `collect_retries`), apply cold and
+  when a later COLLECT is answered first, until answered: giving up would lose the switch's
+  sums, so only an explicit `collect_retries` does that), apply cold and
   collected sums, WRITEBACK the new values of the hot keys tagged t+1 (sent once each), and
   DONE_ACK(t) to all workers as soon as the last WRITEBACK is sent (see _finalize), again to
   any later DONE(t). While workers are retransmitting, each DONE_ACK is sent twice.
@@ -91,6 +92,13 @@ LOG_COLUMNS = (
     "peer",
 )
 _OP_NAMES = {op.value: op.name for op in Op}
+# Requests that point at a configuration mismatch between a worker and this PS.
+_MISCONFIGURED = {
+    "unknown_job": "a request for another job id: check --job of the workers and the PS",
+    "bad_worker": "a worker id >= --workers: check --workers and the workers' --worker-id",
+    "bad_key": "a key outside --keys or owned by another shard: check --keys and --shard",
+    "bad_shard": "a DONE for another shard: the workers' --ps list must be in shard order",
+}
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; SCM_TIMESTAMPNS has the same value
 _TIMESPEC = struct.Struct("@qq")
 _CMSG_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
@@ -112,7 +120,7 @@ class PSConfig:
     writeback: bool = True
     rto: float = 0.002  # minimum COLLECT timeout (it adapts to the measured RTT)
     rto_max: float = 0.4
-    collect_retries: int = 10
+    collect_retries: int | None = None  # None: ask until answered (the deadline bounds it)
     collect_window: int = 64
     linger: float = 1.0  # after the last iteration, keep re-acking DONEs until idle this long
     max_held: int = 65536
@@ -131,7 +139,8 @@ class PSConfig:
             raise AgentError("key space >= 1 and 0 <= shard < shards are required")
         if self.collect and (self.switch is None or not 1 <= self.hot_slots <= NUM_SLOTS):
             raise AgentError(f"collect needs --switch and --hot-slots 1..{NUM_SLOTS}")
-        if self.rto <= 0 or self.rto_max < self.rto or self.collect_retries < 0:
+        retries_bad = self.collect_retries is not None and self.collect_retries < 0
+        if self.rto <= 0 or self.rto_max < self.rto or retries_bad:
             raise AgentError("0 < rto <= rto_max and collect_retries >= 0 are required")
 
 
@@ -293,6 +302,9 @@ class ParameterServer:
             result = "writeback_ack"
         else:
             result = "unexpected_op"
+        if result in _MISCONFIGURED and not self.counters[result]:
+            # workers would otherwise retransmit silently until their deadline
+            print(f"ps: {_MISCONFIGURED[result]} (from {addr[0]}:{addr[1]}: {m})", file=sys.stderr)
         self.counters[result] += 1
         # DONEs are logged when DONE_ACK goes out; switch replies with their requests.
         if result not in ("barrier", "collect_reply", "writeback_ack"):
@@ -335,6 +347,11 @@ class ParameterServer:
     def _on_pull(self, m: Message, addr: Address, arrival: float, start: float) -> str:
         if not self._keys_ok(m.keys):
             return "bad_key"
+        if m.iteration < self.cur or (m.iteration == self.cur and self._barrier == "writeback"):
+            # the parameters already hold later iterations: only a stale retransmission
+            # asks this, and its worker has had its answer
+            self.counters["late_pull"] += 1
+            return "late"
         if m.iteration > self.cur:
             if len(self._held) >= self.cfg.max_held:
                 self._held.popleft()
@@ -516,7 +533,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.002,
         help="minimum COLLECT retransmit timeout, s (it adapts to the measured RTT)",
     )
-    p.add_argument("--collect-retries", type=int, default=10)
+    p.add_argument(
+        "--collect-retries",
+        type=int,
+        help="give a COLLECT up after this many resends (default: never, the deadline bounds "
+        "the run; giving up loses the switch's sums, so the result is no longer exact)",
+    )
     p.add_argument("--linger", type=float, default=1.0, help="idle seconds before exiting")
     p.add_argument(
         "--deadline",

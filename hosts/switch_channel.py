@@ -3,7 +3,8 @@ and WRITEBACK for one PS shard.
 
 Each kind of control packet has a _Channel: a queue and at most `collect_window` packets in
 flight. A COLLECT is asked again after an RTT-based timeout, or at once when a later COLLECT is
-answered first (the switch answers in order), and given up after `collect_retries`; a WRITEBACK
+answered first (the switch answers in order), until answered (or, only if `collect_retries` is
+set, given up after that many: the switch's sums for those slots are then lost); a WRITEBACK
 is sent once (its loss only costs cache hits). The ParameterServer owns one SwitchChannel and
 decides when to start each step of its barrier; this module only sends, resends and reads the
 replies, sharing the PS's socket (through `send`), request log (`row`) and counters.
@@ -35,7 +36,7 @@ class _Channel:
 
     __slots__ = ("inflight", "iteration", "name", "op", "queue", "retries")
 
-    def __init__(self, op: Op, retries: int) -> None:
+    def __init__(self, op: Op, retries: int | None) -> None:
         self.op, self.name, self.retries = op, op.name.lower(), retries
         self.iteration = 0
         self.queue: deque[tuple] = deque()
@@ -45,7 +46,8 @@ class _Channel:
         """Whether packets in flight need their timeouts watched: to be asked again, or to
         free the window for queued ones. Otherwise (all WRITEBACKs sent) an unanswered one
         is only counted when the next iteration's WRITEBACKs start."""
-        return bool(self.inflight) and (self.retries > 0 or bool(self.queue))
+        retried = self.retries is None or self.retries > 0
+        return bool(self.inflight) and (retried or bool(self.queue))
 
 
 class SwitchChannel:
@@ -193,7 +195,7 @@ class SwitchChannel:
         for seq, c in list(ch.inflight.items()):
             if c[2] > now:
                 continue
-            if c[3] >= ch.retries:
+            if ch.retries is not None and c[3] >= ch.retries:
                 del ch.inflight[seq]
                 self._lost(ch, c)
                 continue
