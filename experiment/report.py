@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from experiment.runner import PhaseResult
+from hosts import stats
 
 WORKER_REQUESTS = ("PUSH", "PULL", "DONE")
 
@@ -30,10 +30,11 @@ def mean(values: list[float], digits: int = 3) -> float | None:
 
 
 def params_sha256(phase: PhaseResult, shards: int) -> str:
-    """sha256 of the full parameter vector: the shards' files summed (each holds zeros
-    for keys it does not own), as little-endian int64."""
-    total = sum(np.load(phase.dir / f"params{i}.npy") for i in range(shards))
-    return hashlib.sha256(np.asarray(total, dtype="<i8").tobytes()).hexdigest()
+    """sha256 of the full parameter vector: the shards' files summed (each holds zeros for
+    the keys it does not own)."""
+    return stats.params_sha256(
+        stats.load_params([phase.dir / f"params{i}.npy" for i in range(shards)])
+    )
 
 
 def logs(phase: PhaseResult, prefix: str, n: int, column: str) -> list[dict[str, str]]:

@@ -107,9 +107,17 @@ class Experiment:
             )
         if not self.topology.parameter_servers:
             raise PreflightError(f"{self.cfg.topo} has no host with role 'ps'")
+        aggregating = [n for n, s in self.topology.switches.items() if s.aggregate]
         for ps in self.topology.parameter_servers:
             if self.topology.service_ip_for(ps.name) is None:
                 raise PreflightError(f"the switch of PS {ps.name} does not aggregate")
+        # Each PS collects from its own switch only: a second aggregating switch would sum
+        # updates that no PS ever collects.
+        if len(aggregating) != 1:
+            raise PreflightError(
+                f"{self.cfg.topo} marks {len(aggregating)} switches 'aggregate'; the experiment "
+                "needs exactly one, the switch the parameter servers hang off"
+            )
 
     def make_run_dir(self) -> Path:
         stamp = time.strftime("%Y%m%d-%H%M%S")

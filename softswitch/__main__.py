@@ -64,8 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--grpc-server-addr",
         dest="grpc_addr",
         type=grpc_address,
-        default="127.0.0.1:9559",
-        help="P4Runtime listen address (default 127.0.0.1:9559; port 0 picks a free one)",
+        default="127.0.0.1:50051",
+        help="P4Runtime listen address (default 127.0.0.1:50051, as hotagg-ctl and the P4 "
+        "tutorials expect; port 0 picks a free one)",
     )
     p.add_argument("--cpu-port", type=cpu_port, default=CPU_PORT, help="CPU port (255)")
     p.add_argument(

@@ -93,6 +93,14 @@ class VethNet:
         if os.geteuid() != 0:
             raise NetnsError("creating namespaces and veth pairs needs root")
         self.destroy()
+        try:
+            self._build()
+        except BaseException:
+            self.destroy()  # leave no namespace or half-made veth behind
+            raise
+        return self
+
+    def _build(self) -> None:
         run_ip("netns", "add", self.prefix)
         _sysctl("net.ipv6.conf.all.disable_ipv6", "1", self.prefix)
         _sysctl("net.ipv6.conf.default.disable_ipv6", "1", self.prefix)
@@ -113,7 +121,6 @@ class VethNet:
             self.switch_ifaces[port] = sw
             self.host_ifaces[port] = host
         run_ip("link", "set", "lo", "up", netns=self.prefix)
-        return self
 
     def destroy(self) -> None:
         for port in range(1, self.ports + 1):
