@@ -161,7 +161,9 @@ def job_remove(s: Session) -> Output:
     evicted = HotKeys(s.client, s.p4info()).clear(s.args.job_id)
     job = jobs.remove(s.args.job_id)
     return {**job.as_dict(), "hot_keys_evicted": evicted}, (
-        f"job {job.job_id} removed ({evicted} hot keys evicted)"
+        f"job {job.job_id} removed ({evicted} hot keys evicted). Its index and slots keep their "
+        "dedup and sum registers, which P4Runtime cannot reset on BMv2: run 'pipeline push' "
+        "before a job reuses them."
     )
 
 

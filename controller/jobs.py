@@ -119,7 +119,12 @@ class Jobs:
 
     def remove(self, job_id: int) -> Job:
         """Delete the job's entry. Its hot keys stay unless the caller clears them first
-        (HotKeys.clear); packets of the job are then counted UNKNOWN_JOB and dropped."""
+        (HotKeys.clear); packets of the job are then counted UNKNOWN_JOB and dropped.
+
+        The job index's dedup registers and its slots' sums stay as they are (BMv2 has no
+        P4Runtime register access to reset them), so a job that reuses them (a re-run with
+        seqs from 1, or another job given the same index) would be deduplicated or summed
+        against old state: push the pipeline again first, as `make run` does per phase."""
         job = self.get(job_id)
         self.client.write_entries("delete", [self.p4info.table_entry(TABLE, {"job_id": job_id})])
         return job
