@@ -646,3 +646,27 @@ def test_worker_groups_keys_the_cache_holds_as_hot(tmp_path) -> None:
     assert all(len({k % 2 for k in p}) == 1 for p in pushes)
     assert sum(1 for p in pushes if p[0] % 2 == 0) == -(-int(np.sum(keys % 2 == 0)) // 8)
     assert result.cpu is not None and result.cpu["user_s"] >= 0
+
+
+def test_pulls_for_iterations_already_applied_are_not_answered() -> None:
+    # One worker, no switch: it pushes and finishes iteration 1, so the PS's parameters hold
+    # iteration 1. A retransmitted PULL for iteration 1 must not get those later values.
+    ps = ParameterServer(PSConfig(JOB, 1, 100, bind=("127.0.0.1", 0), deadline=10))
+    out: dict = {}
+    th = _thread(ps.run, out, "ps")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as w:
+        w.settimeout(5)
+        w.sendto(encode(Op.PULL, JOB, 0, 1, 1, [5]), ps.address)
+        assert decode(w.recv(2048)).values == (0,)
+        w.sendto(encode(Op.PUSH, JOB, 0, 1, 1, [5], [7]), ps.address)
+        assert decode(w.recv(2048)).op == Op.PUSH_ACK
+        w.sendto(encode(Op.DONE, JOB, 0, 0, 1), ps.address)
+        assert decode(w.recv(2048)).op == Op.DONE_ACK
+        w.sendto(encode(Op.PULL, JOB, 0, 1, 1, [5]), ps.address)  # stale: iteration 1 again
+        w.sendto(encode(Op.PULL, JOB, 0, 2, 2, [5]), ps.address)
+        reply = decode(w.recv(2048))
+        assert (reply.iteration, reply.seq, reply.values) == (2, 2, (-7,))
+    ps.stop()
+    th.join(5)
+    ps.close()
+    assert out["ps"]["counters"]["late_pull"] == 1
