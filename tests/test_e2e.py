@@ -117,3 +117,31 @@ def test_bad_options_fail_with_a_clear_message(tmp_path):
     assert proc.returncode in (2, 3)
     assert "WORKERS=9" in proc.stderr or "needs root" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_second_aggregating_switch_is_refused(tmp_path):
+    if why := missing_prerequisites():
+        pytest.skip(why)
+    topo = json.loads((REPO_ROOT / "topologies" / "leafspine.json").read_text())
+    topo["switches"]["s2"] = {"aggregate": True, "service_ip": "10.0.2.254"}
+    path = tmp_path / "two-aggregators.json"
+    path.write_text(json.dumps(topo))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiment",
+            "run",
+            "--topo",
+            str(path),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "marks 2 switches 'aggregate'" in proc.stderr
+    assert not (tmp_path / "runs").exists()  # refused before anything was started
