@@ -19,9 +19,9 @@ import numpy as np
 
 from hosts.protocol import ENTRY_LEN, HEADER_LEN, HOTAGG_PORT, MAX_ENTRIES, VERSION
 
-# version, op, flags, count, job_id, worker_id, seq, iteration, mask, reserved (3 pad bytes).
-# Reserved is written as 0 and ignored on decode, as the P4 parser does.
-HEADER = struct.Struct("!BBBBHHIIB3x")
+# version, op, flags, count, job_id, worker_id, seq, iteration, mask, cached, reserved (2 pad
+# bytes). Reserved is written as 0 and ignored on decode, as the P4 parser does.
+HEADER = struct.Struct("!BBBBHHIIBB2x")
 # One precompiled struct per entry count: unpacking 0..8 entries in one call is the fast path.
 _ENTRIES = tuple(struct.Struct("!" + "Qi" * n) for n in range(MAX_ENTRIES + 1))
 # numpy view of the entries for bulk work (big endian, packed, 12 bytes each).
@@ -52,6 +52,7 @@ class Message(NamedTuple):
     keys: tuple[int, ...] = ()
     values: tuple[int, ...] = ()
     version: int = VERSION
+    cached: int = 0  # COLLECT_REPLY: entries whose slot cache now holds the next iteration
 
     @property
     def count(self) -> int:
@@ -69,6 +70,7 @@ def encode(
     *,
     flags: int = 0,
     mask: int = 0,
+    cached: int = 0,
     version: int = VERSION,
 ) -> bytes:
     """Header fields plus entries -> payload bytes. `values=None` means all zero (PULL, COLLECT)."""
@@ -84,7 +86,9 @@ def encode(
     if isinstance(values, np.ndarray):
         values = values.tolist()
     try:
-        head = HEADER.pack(version, op, flags, count, job_id, worker_id, seq, iteration, mask)
+        head = HEADER.pack(
+            version, op, flags, count, job_id, worker_id, seq, iteration, mask, cached
+        )
         return head + _ENTRIES[count].pack(*chain.from_iterable(zip(keys, values)))
     except struct.error as exc:
         raise CodecError(f"field out of range: {exc}") from None
@@ -101,6 +105,7 @@ def encode_message(msg: Message) -> bytes:
         msg.values,
         flags=msg.flags,
         mask=msg.mask,
+        cached=msg.cached,
         version=msg.version,
     )
 
@@ -110,7 +115,7 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
     size = len(data)
     if size < HEADER_LEN:
         raise CodecError(f"short packet: {size} bytes, the header alone is {HEADER_LEN}")
-    version, op, flags, count, job, worker, seq, iteration, mask = HEADER.unpack_from(data)
+    version, op, flags, count, job, worker, seq, iteration, mask, cached = HEADER.unpack_from(data)
     if count > MAX_ENTRIES:
         raise CodecError(f"count {count} > {MAX_ENTRIES}")
     expected = HEADER_LEN + ENTRY_LEN * count
@@ -121,7 +126,9 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
     if size != expected:
         raise CodecError(f"length {size} != {expected} for count {count}")
     flat = _ENTRIES[count].unpack_from(data, HEADER_LEN)
-    return Message(op, flags, job, worker, seq, iteration, mask, flat[0::2], flat[1::2], version)
+    return Message(
+        op, flags, job, worker, seq, iteration, mask, flat[0::2], flat[1::2], version, cached
+    )
 
 
 def pack_entries(keys: np.ndarray | Sequence[int], values: np.ndarray | Sequence[int]) -> bytes:

@@ -18,8 +18,8 @@ from scapy.fields import (
     PacketListField,
     ShortField,
     SignedIntField,
-    X3BytesField,
     XByteField,
+    XShortField,
 )
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
@@ -50,6 +50,7 @@ IPV4_LPM_SIZE = 1024
 # flags
 FLAG_FROM_SWITCH = 0x01
 FLAG_RETRANSMIT = 0x02
+FLAG_INVALIDATE = 0x04  # COLLECT only: the mask asks to untag cache entries
 
 
 class Op(IntEnum):
@@ -142,7 +143,8 @@ class Hotagg(Packet):
         IntField("seq", 0),
         IntField("iteration", 0),
         XByteField("mask", 0),
-        X3BytesField("reserved", 0),
+        XByteField("cached", 0),
+        XShortField("reserved", 0),
         PacketListField("entries", [], Entry, count_from=lambda pkt: pkt.count),
     ]
 

@@ -68,7 +68,14 @@ from hosts.protocol import (
     NUM_SLOTS,
     Op,
 )
-from hosts.stats import CsvLog, params_sha256, save_params, write_frequency, write_json
+from hosts.stats import (
+    CsvLog,
+    load_hot_keys,
+    params_sha256,
+    save_params,
+    write_frequency,
+    write_json,
+)
 from hosts.switch_channel import SwitchChannel
 
 # Request log (--log): one row per request received (and per COLLECT/WRITEBACK sent).
@@ -129,6 +136,9 @@ class PSConfig:
     freq_path: str | None = None
     params_path: str | None = None
     summary_path: str | None = None
+    # key -> slot offset (or None) of the keys the controller made hot: written back before
+    # iteration 1, so that the cache serves pulls from the start
+    hot_keys: dict[int, int | None] | None = None
 
     def validate(self) -> None:
         if not 0 <= self.job_id < 1 << 16:
@@ -168,9 +178,12 @@ class ParameterServer:
         self._done: dict[int, tuple[float, float]] = {}  # worker -> (arrival, start) of DONE(cur)
         self._addr: dict[int, Address] = {}
         self._cold: tuple[list[int], list[int]] = ([], [])
-        self._collected: tuple[list[int], list[int]] = ([], [])
+        # collected keys, sums and slot offsets of iteration cur; refreshed (offset, key)
+        self._collected: tuple[list[int], list[int], list[int]] = ([], [], [])
+        self._refreshed: list[tuple[int, int]] = []
         self._held: deque[tuple[Message, Address, float]] = deque()
-        self._barrier: str | None = None  # "collect" / "writeback" while the barrier runs
+        # "collect" / "invalidate" / "writeback" while the barrier runs
+        self._barrier: str | None = None
         self._peers: dict[Address, str] = {}  # address -> "ip:port" for the log
         self._stop = threading.Event()
         self._loss_seen = 0  # the latest iteration that saw a retransmitted request
@@ -198,6 +211,7 @@ class ParameterServer:
         cfg = self.cfg
         deadline = Deadline(cfg.deadline, f"PS shard {cfg.shard}")
         self._log = CsvLog(cfg.log_path, LOG_COLUMNS)
+        self._prefill_cache()
         last_rx = finished_at = time.perf_counter()
         try:
             while not self._stop.is_set():
@@ -225,6 +239,19 @@ class ParameterServer:
         finally:
             self._log.close()
             self._write_outputs()
+
+    def _prefill_cache(self) -> None:
+        """WRITEBACK the initial values of this shard's configured hot keys, tagged iteration 1
+        (their offsets seed the PS's belief of what each slot caches)."""
+        cfg = self.cfg
+        if not (cfg.collect and cfg.writeback and cfg.hot_keys):
+            return
+        n, shard = cfg.n_shards, cfg.shard
+        mine = {k: o for k, o in cfg.hot_keys.items() if k < cfg.key_space and k % n == shard}
+        self.hot.update(mine)
+        self._switch.offset_of.update({k: o for k, o in mine.items() if o is not None})
+        keys = sorted(mine)
+        self._switch.start_writeback(self.cur, keys, self.params[keys].tolist())
 
     def _recv_batch(self, timeout: float) -> list[tuple[bytes, Address, float]]:
         out: list[tuple[bytes, Address, float]] = []
@@ -410,41 +437,81 @@ class ParameterServer:
             self._apply()
             return
         self._barrier = "collect"
-        self._switch.start_collect(self.cur)
+        self._refreshed = []
+        # Ask the switch to move a cached key on to cur + 1 only if this PS holds no cold
+        # part of it for cur: the switch then knows every contribution but those that went
+        # to another slot, which the replies show (see _collected_elsewhere).
+        cold, cur = set(self._cold[0]), self.cur
+        refresh = {
+            o: key
+            for o, (key, it) in self._switch.slot_cache.items()
+            if it == cur and key not in cold
+        }
+        self._switch.start_collect(cur, refresh)
         self._advance()
 
     def _advance(self) -> None:
         """Tick the switch channel and move the barrier on when its step is complete."""
         self._switch.tick()
         if self._barrier == "collect" and not self._switch.collecting():
+            wrong = self._collected_elsewhere()
+            if wrong:
+                self._barrier = "invalidate"
+                self._switch.start_invalidate(self.cur, wrong)
+            else:
+                self._apply()
+        elif self._barrier == "invalidate" and not self._switch.invalidating():
             self._apply()
         elif self._barrier == "writeback" and not self._switch.writeback_queued():
             self._release()
 
+    def _collected_elsewhere(self) -> list[tuple[int, int]]:
+        """Refreshed (offset, key) pairs whose key also had a sum at another offset this
+        iteration (the controller moved it): that cache value lacks those contributions."""
+        if not self._refreshed:
+            return []
+        at: dict[int, set[int]] = {}
+        for key, offset in zip(self._collected[0], self._collected[2]):
+            at.setdefault(key, set()).add(offset)
+        wrong = [(o, k) for o, k in self._refreshed if at.get(k, {o}) != {o}]
+        for o, k in wrong:
+            self._switch.slot_cache.pop(o, None)
+            self._switch.cached.pop(k, None)
+        self.counters["refresh_invalidated"] += len(wrong)
+        return wrong
+
     def _on_collect_reply(self, m: Message) -> str:
-        result, keys, values = self._switch.on_collect_reply(m, self._barrier == "collect")
-        if keys:
-            self._collected[0].extend(keys)
-            self._collected[1].extend(values)
-            self.hot.update(keys)
+        collecting = self._barrier in ("collect", "invalidate")
+        result, collected, refreshed = self._switch.on_collect_reply(m, collecting)
+        for key, value, offset in collected:
+            self._collected[0].append(key)
+            self._collected[1].append(value)
+            self._collected[2].append(offset)
+            self.hot.add(key)
+        self._refreshed.extend(refreshed)
         return result
 
     def _apply(self) -> None:
         """Apply iteration cur's cold and collected sums, then write back or release."""
         for (keys, values), counts in (
             (self._cold, self.cold_count),
-            (self._collected, self.collected_count),
+            (self._collected[:2], self.collected_count),
         ):
             if keys:
                 k = np.array(keys, dtype=np.intp)
                 np.subtract.at(self.params, k, np.array(values, dtype=np.int64))
                 np.add.at(counts, k, 1)
         self.counters["collected_entries"] += len(self._collected[0])
-        self._cold, self._collected = ([], []), ([], [])
+        self._cold, self._collected = ([], []), ([], [], [])
         if not (self.cfg.collect and self.cfg.writeback and self.hot):
             self._release()
             return
-        keys = np.array(sorted(self.hot), dtype=np.intp)
+        # Keys the switch refreshed in this pass are cached for cur + 1 already.
+        nxt, cached = self.cur + 1, self._switch.cached
+        keys = np.array(sorted(k for k in self.hot if cached.get(k) != nxt), dtype=np.intp)
+        if not len(keys):
+            self._release()
+            return
         values = self.params[keys]
         fits = (values >= -(1 << 31)) & (values < 1 << 31)  # else the PS answers (saturated)
         self.counters["writeback_skipped"] += int((~fits).sum())
@@ -528,6 +595,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hot-slots", type=int, default=0, help="the job's slot_count")
     p.add_argument("--no-writeback", action="store_true", help="do not fill the switch cache")
     p.add_argument(
+        "--hot-keys",
+        help="CSV key,offset of the keys made hot (from the controller): their cache is "
+        "filled before iteration 1",
+    )
+    p.add_argument(
         "--rto",
         type=float,
         default=0.002,
@@ -562,8 +634,13 @@ def main(argv: list[str] | None = None) -> int:
         shard, _, n_shards = args.shard.partition("/")
         if not (shard.isdigit() and n_shards.isdigit()):
             raise AgentError(f"--shard {args.shard!r}: expected INDEX/COUNT, e.g. 0/2")
+        try:
+            hot_keys = load_hot_keys(args.hot_keys) if args.hot_keys else None
+        except ValueError as exc:
+            raise AgentError(str(exc)) from None
         cfg = PSConfig(
             job_id=args.job,
+            hot_keys=hot_keys,
             n_workers=args.workers,
             key_space=args.keys,
             iterations=args.iterations,

@@ -17,6 +17,15 @@ Frequency file (one per PS shard, written at the end of a run), e.g.::
 - Only keys with updates > 0 appear; rows are sorted by updates descending, then key ascending,
   so the first N rows are the N hottest keys of the shard. Shards hold disjoint keys.
 
+Hot-keys file (written by `make run` for the offload phase from what the controller
+installed; read by the PS and the workers so the cache is filled before iteration 1)::
+
+    key,offset
+    7,0
+    42,1
+
+`offset` is the key's slot offset in the job (it may be empty when unknown).
+
 Parameters are saved as a 1-D little-endian int64 `.npy` over the whole key space (fixed point,
 real = value / 65536); a shard leaves the keys of other shards at 0, so the element-wise sum of
 all shards' files is the full model. `params_sha256` hashes exactly those bytes.
@@ -143,3 +152,31 @@ def write_json(path: str | Path, data: dict[str, Any]) -> None:
     with open(path, "w") as f:
         json.dump(data, f, indent=2, sort_keys=True)
         f.write("\n")
+
+
+def load_hot_keys(path: str | Path) -> dict[int, int | None]:
+    """Read a hot-keys file (format above) into {key: slot offset or None}."""
+    out: dict[int, int | None] = {}
+    try:
+        with open(path, newline="") as f:
+            for lineno, row in enumerate(csv.reader(f), 1):
+                if not row or row[0].startswith("#") or row[0].strip() == "key":
+                    continue
+                try:
+                    key = int(row[0])
+                    offset = int(row[1]) if len(row) > 1 and row[1].strip() else None
+                except ValueError:
+                    raise ValueError(f"{path}:{lineno}: expected 'key,offset', got {row}") from None
+                if key < 0 or (offset is not None and offset < 0):
+                    raise ValueError(f"{path}:{lineno}: negative key or offset in {row}")
+                out[key] = offset
+    except OSError as e:
+        raise ValueError(f"cannot read hot-keys file {path}: {e.strerror}") from None
+    return out
+
+
+def write_hot_keys(path: str | Path, offsets: dict[int, int | None]) -> None:
+    with open(path, "w", newline="") as f:
+        f.write("key,offset\n")
+        for key, offset in offsets.items():
+            f.write(f"{key},{'' if offset is None else offset}\n")

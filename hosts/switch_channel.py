@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from hosts.agent import Address, RttEstimator
 from hosts.codec import Message, encode
-from hosts.protocol import FLAG_RETRANSMIT, MAX_ENTRIES, Op
+from hosts.protocol import FLAG_INVALIDATE, FLAG_RETRANSMIT, MAX_ENTRIES, Op
 
 if TYPE_CHECKING:
     from hosts.ps import PSConfig
@@ -36,8 +36,8 @@ class _Channel:
 
     __slots__ = ("inflight", "iteration", "name", "op", "queue", "retries")
 
-    def __init__(self, op: Op, retries: int | None) -> None:
-        self.op, self.name, self.retries = op, op.name.lower(), retries
+    def __init__(self, op: Op, retries: int | None, name: str = "") -> None:
+        self.op, self.name, self.retries = op, name or op.name.lower(), retries
         self.iteration = 0
         self.queue: deque[tuple] = deque()
         self.inflight: dict[int, list] = {}
@@ -64,8 +64,14 @@ class SwitchChannel:
         self.cfg = config
         self._send, self._row, self.counters = send, row, counters
         self.collect = _Channel(Op.COLLECT, config.collect_retries)
+        self.invalidate = _Channel(Op.COLLECT, config.collect_retries, "invalidate")
         self.writeback = _Channel(Op.WRITEBACK, 0)
         self.cached: dict[int, int] = {}
+        # What this PS believes the switch cache holds: offset -> (key, iteration), from
+        # refreshes and acked WRITEBACKs (the switch checks both before it refreshes), and
+        # key -> offset where its sums were last collected.
+        self.slot_cache: dict[int, tuple[int, int]] = {}
+        self.offset_of: dict[int, int] = {}
         self._seq = 1
         self._rtt = RttEstimator(config.rto, config.rto_max)  # COLLECT/WRITEBACK timeouts
         self._warned_lost = False
@@ -75,7 +81,7 @@ class SwitchChannel:
     def timeout(self, limit: float) -> float:
         """Seconds until the earliest watched packet in flight is due, at most `limit`."""
         timeout = limit
-        for ch in (self.collect, self.writeback):
+        for ch in (self.collect, self.invalidate, self.writeback):
             if ch.timed():
                 due = min(c[2] for c in ch.inflight.values())
                 timeout = min(timeout, max(0.0, due - time.perf_counter()))
@@ -85,41 +91,69 @@ class SwitchChannel:
         """Whether COLLECTs are still queued or unanswered."""
         return bool(self.collect.queue or self.collect.inflight)
 
+    def invalidating(self) -> bool:
+        """Whether invalidating COLLECTs are still queued or unanswered."""
+        return bool(self.invalidate.queue or self.invalidate.inflight)
+
     def writeback_queued(self) -> bool:
         """Whether WRITEBACKs are still waiting for room in the window."""
         return bool(self.writeback.queue)
 
-    def start_collect(self, iteration: int) -> None:
-        """COLLECT all of the job's slots for `iteration`, MAX_ENTRIES offsets per packet."""
+    def start_collect(self, iteration: int, refresh: dict[int, int]) -> None:
+        """COLLECT all of the job's slots for `iteration`, MAX_ENTRIES offsets per packet,
+        asking the switch to refresh the cache of each offset in `refresh` (offset -> the key
+        this PS believes it caches for `iteration`, with no cold part in it)."""
         slots, step = self.cfg.hot_slots, MAX_ENTRIES
-        items = [(list(range(i, min(i + step, slots))), None) for i in range(0, slots, step)]
+        items = []
+        for i in range(0, slots, step):
+            offsets = list(range(i, min(i + step, slots)))
+            keys = [refresh.get(o, 0) for o in offsets]
+            ask = sum(1 << j for j, o in enumerate(offsets) if o in refresh)
+            items.append((keys, offsets, ask, 0))
         self._start(self.collect, iteration, items)
+
+    def start_invalidate(self, iteration: int, slots: list[tuple[int, int]]) -> None:
+        """Untag the cache of these (offset, key) pairs: refreshed, but the key also had
+        contributions elsewhere in `iteration` (it moved slot), so the refreshed value is wrong."""
+        step = MAX_ENTRIES
+        items = []
+        for i in range(0, len(slots), step):
+            chunk = slots[i : i + step]
+            ask = (1 << len(chunk)) - 1
+            items.append(([k for _, k in chunk], [o for o, _ in chunk], ask, FLAG_INVALIDATE))
+        self._start(self.invalidate, iteration, items)
 
     def start_writeback(self, iteration: int, keys: list[int], values: list[int]) -> None:
         """WRITEBACK these keys' values tagged `iteration`, MAX_ENTRIES per packet."""
         step = MAX_ENTRIES
-        items = [(keys[i : i + step], values[i : i + step]) for i in range(0, len(keys), step)]
+        items = [
+            (keys[i : i + step], values[i : i + step], 0, 0) for i in range(0, len(keys), step)
+        ]
         self._start(self.writeback, iteration, items)
 
     def tick(self) -> None:
         """Resend or give up what is due and send what the window has room for."""
-        for ch in (self.collect, self.writeback):
+        for ch in (self.collect, self.invalidate, self.writeback):
             if ch.queue or ch.timed():
                 self._tick(ch)
 
     # --- replies ---
 
-    def on_collect_reply(self, m: Message, collecting: bool) -> tuple[str, list[int], list[int]]:
-        """Read a COLLECT_REPLY (`collecting`: the PS's barrier is collecting); return the
-        result for the log and the keys and sums of this shard's entries."""
-        ch = self.collect
-        keys: list[int] = []
-        values: list[int] = []
+    def on_collect_reply(
+        self, m: Message, collecting: bool
+    ) -> tuple[str, list[tuple[int, int, int]], list[tuple[int, int]]]:
+        """Read a COLLECT_REPLY (`collecting`: the PS's barrier is collecting, or
+        invalidating); return the result for the log, (key, sum, offset) of this shard's
+        collected entries and the (offset, key) pairs whose cache the switch refreshed."""
+        ch = self.invalidate if m.flags & FLAG_INVALIDATE else self.collect
+        collected: list[tuple[int, int, int]] = []
+        refreshed: list[tuple[int, int]] = []
         c = ch.inflight.get(m.seq)
         if c is None or m.iteration != ch.iteration or not collecting:
-            return "late_reply", keys, values
-        if m.count != len(c[0][0]):
-            return "bad_reply", keys, values  # left in flight: asked again
+            return "late_reply", collected, refreshed
+        keys, offsets, ask, _flags = c[0]
+        if m.count != len(offsets):
+            return "bad_reply", collected, refreshed  # left in flight: asked again
         del ch.inflight[m.seq]
         now = time.perf_counter()
         if c[3] == 0:
@@ -129,9 +163,25 @@ class SwitchChannel:
         for seq, d in list(ch.inflight.items()):
             if seq < m.seq and d[5] <= c[4]:
                 self._resend(ch, seq, d, now)
-                self.counters["collect_fast_retransmits"] += 1
-        space, n, shard = self.cfg.key_space, self.cfg.n_shards, self.cfg.shard
+                self.counters[f"{ch.name}_fast_retransmits"] += 1
+        self._row(c[1], c[1], time.time(), "COLLECT", m, "collected", self.cfg.switch)
+        if ch is self.invalidate:
+            return "invalidate_reply", collected, refreshed
+        space, n, shard, nxt = (
+            self.cfg.key_space,
+            self.cfg.n_shards,
+            self.cfg.shard,
+            m.iteration + 1,
+        )
         for i, (key, value) in enumerate(zip(m.keys, m.values)):
+            if ask >> i & 1:
+                if m.cached >> i & 1:
+                    self.slot_cache[offsets[i]] = (keys[i], nxt)
+                    self.cached[keys[i]] = nxt
+                    refreshed.append((offsets[i], keys[i]))
+                else:
+                    self.slot_cache.pop(offsets[i], None)
+                    self.counters["refresh_refused"] += 1
             if not m.mask >> i & 1:
                 continue
             if key >= space:
@@ -139,10 +189,10 @@ class SwitchChannel:
             elif key % n != shard:
                 self.counters["collect_other_shard"] += 1  # another shard's PS takes it
             else:
-                keys.append(key)
-                values.append(value)
-        self._row(c[1], c[1], time.time(), "COLLECT", m, "collected", self.cfg.switch)
-        return "collect_reply", keys, values
+                collected.append((key, value, offsets[i]))
+                self.offset_of[key] = offsets[i]
+        self.counters["refreshed"] += len(refreshed)
+        return "collect_reply", collected, refreshed
 
     def on_writeback_ack(self, m: Message) -> list[int]:
         """Read a WRITEBACK_ACK; return the keys the switch no longer holds (mask bit clear),
@@ -151,6 +201,9 @@ class SwitchChannel:
         for i, key in enumerate(m.keys):
             if m.mask >> i & 1:
                 self.cached[key] = m.iteration
+                offset = self.offset_of.get(key)
+                if offset is not None:
+                    self.slot_cache[offset] = (key, m.iteration)
                 self.counters["writeback_cached"] += 1
             else:
                 rejected.append(key)
@@ -188,7 +241,9 @@ class SwitchChannel:
 
     def _packet(self, ch: _Channel, seq: int, item: tuple, flags: int = 0) -> bytes:
         job, shard = self.cfg.job_id, self.cfg.shard
-        return encode(ch.op, job, shard, seq, ch.iteration, item[0], item[1], flags=flags)
+        keys, values, mask, item_flags = item
+        flags |= item_flags
+        return encode(ch.op, job, shard, seq, ch.iteration, keys, values, flags=flags, mask=mask)
 
     def _tick(self, ch: _Channel) -> None:
         cfg, now = self.cfg, time.perf_counter()

@@ -64,7 +64,7 @@ from hosts.protocol import (
     MAX_WORKERS,
     Op,
 )
-from hosts.stats import CsvLog, write_json
+from hosts.stats import CsvLog, load_hot_keys, write_json
 
 # Request log (--log): one row per completed request. kind = pull | push | done | iteration;
 # seq = push seq / pull number / shard index; hot = entries the worker believed hot when it
@@ -106,6 +106,7 @@ class WorkerConfig:
     log_path: str | None = None
     summary_path: str | None = None
     progress: bool = False  # one flushed stdout line per finished iteration (for runners)
+    hot_keys: list[int] | None = None  # keys the controller made hot: grouped from the start
 
     def validate(self) -> None:
         if not 0 <= self.job_id < 1 << 16:
@@ -149,8 +150,10 @@ class Worker:
     def __init__(self, config: WorkerConfig, workload: workloads.Workload) -> None:
         config.validate()
         self.cfg, self.workload = config, workload
-        self.hot: set[int] = set()  # keys the switch aggregates (grouped in PUSHes)
-        self.cached: set[int] = set()  # keys the switch cache holds (grouped in PULLs)
+        # Keys the switch aggregates (grouped in PUSHes) and keys its cache holds (grouped in
+        # PULLs): learnt from PUSH_ACK and PULL_REPLY masks, seeded with the configured hot set.
+        self.hot: set[int] = set(config.hot_keys or ())
+        self.cached: set[int] = set(config.hot_keys or ())
         self.counters: Counter[str] = Counter()
         self._stop = threading.Event()
         self._next_seq = 1
@@ -505,6 +508,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log", help="per-request latency CSV")
     p.add_argument("--summary", help="summary JSON")
     p.add_argument("--progress", action="store_true", help="print 'progress t/T' per iteration")
+    p.add_argument(
+        "--hot-keys",
+        help="CSV key[,offset] of the keys made hot (from the controller): grouped in their "
+        "own packets from iteration 1 on (otherwise learnt from the replies)",
+    )
+    p.add_argument(
+        "--wait-go",
+        action="store_true",
+        help="once set up, print 'ready' and start only when a line 'go' arrives on stdin "
+        "(so that workers started one after another begin iteration 1 together)",
+    )
     workloads.add_arguments(p)
     return p
 
@@ -526,12 +540,20 @@ def main(argv: list[str] | None = None) -> int:
             log_path=args.log,
             summary_path=args.summary,
             progress=args.progress,
+            hot_keys=sorted(load_hot_keys(args.hot_keys)) if args.hot_keys else None,
         )
         worker = Worker(cfg, workloads.from_args(args))
-    except (AgentError, workloads.WorkloadError) as exc:
+    except (AgentError, workloads.WorkloadError, ValueError) as exc:
         print(f"worker: {exc}", file=sys.stderr)
         return 2
     install_stop_signals(worker.stop)
+    if args.wait_go:
+        print("ready", flush=True)
+        line = sys.stdin.readline()
+        if line.strip() != "go":
+            print(f"worker: expected 'go' on stdin, got {line.strip()!r}", file=sys.stderr)
+            worker.close()
+            return 4
     try:
         result = worker.run()
     except DeadlineExceeded as exc:

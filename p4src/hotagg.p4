@@ -183,6 +183,7 @@ control HotaggIngress(inout headers_t hdr,
                     HOTAGG_PULL_ENTRY(7);
                     HOTAGG_PULL_FINISH();
                 } else if (hdr.hotagg.op == OP_COLLECT) {
+                    HOTAGG_COLLECT_START();
                     HOTAGG_COLLECT_ENTRY(0);
                     HOTAGG_COLLECT_ENTRY(1);
                     HOTAGG_COLLECT_ENTRY(2);

@@ -20,6 +20,7 @@ from hosts.codec import CodecError, decode, decode_frame, encode, encode_frame
 from hosts.protocol import (
     DEDUP_WINDOW,
     FLAG_FROM_SWITCH,
+    FLAG_INVALIDATE,
     HOTAGG_PORT,
     INT32_MAX,
     INT32_MIN,
@@ -139,13 +140,31 @@ class FakeSwitch:
             return "forward", self._out(m, Op.PULL, keys, values, mask, 0)
         if m.op == Op.COLLECT:
             self.stats[Stat.COLLECT] += 1
-            for i, off in enumerate(keys):
-                if off < job[2] and job[1] + off < NUM_SLOTS:
-                    cell = self.agg.get((m.iteration & 1) * NUM_SLOTS + job[1] + off)
-                    if cell is not None and cell[0] == m.iteration:
-                        keys[i], values[i] = cell[1], cell[2]
-                        mask |= 1 << i
-            return "reply", self._out(m, Op.COLLECT_REPLY, keys, values, mask, FLAG_FROM_SWITCH)
+            cached = 0
+            for i, (expected, raw_off) in enumerate(zip(m.keys, m.values)):
+                off = raw_off & 0xFFFFFFFF
+                if not (off < job[2] and job[1] + off < NUM_SLOTS):
+                    continue
+                slot = job[1] + off
+                cell = self.agg.get((m.iteration & 1) * NUM_SLOTS + slot)
+                touched = cell is not None and cell[0] == m.iteration
+                c = self.cache.get(slot)
+                if m.mask >> i & 1 and c is not None and c[1] == expected:
+                    if m.flags & FLAG_INVALIDATE:
+                        c[0] = 0
+                    else:
+                        if c[0] == m.iteration:
+                            s = cell[2] if touched and cell[1] == expected else 0
+                            if -(1 << 31) <= c[2] - s < 1 << 31:
+                                c[0], c[2] = m.iteration + 1, c[2] - s
+                                self.stats[Stat.CACHE_WRITE] += 1
+                        if c[0] == m.iteration + 1:
+                            cached |= 1 << i
+                if touched:
+                    keys[i], values[i] = cell[1], cell[2]
+                    mask |= 1 << i
+            out = self._out(m, Op.COLLECT_REPLY, keys, values, mask, FLAG_FROM_SWITCH, cached)
+            return "reply", out
         self.stats[Stat.WRITEBACK] += 1  # Op.WRITEBACK
         for i, (k, v) in enumerate(zip(keys, values)):
             slot = self._slot(job, k)
@@ -156,7 +175,7 @@ class FakeSwitch:
         return "reply", self._out(m, Op.WRITEBACK_ACK, keys, values, mask, FLAG_FROM_SWITCH)
 
     @staticmethod
-    def _out(m, op, keys, values, mask, flags) -> bytes:
+    def _out(m, op, keys, values, mask, flags, cached: int = 0) -> bytes:
         return encode(
             op,
             m.job_id,
@@ -167,6 +186,7 @@ class FakeSwitch:
             values,
             flags=m.flags | flags,
             mask=mask,
+            cached=cached,
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -19,7 +20,8 @@ from hosts.agent import INITIAL_RTO, AgentError, DeadlineExceeded, RttEstimator
 from hosts.codec import HEADER, decode, encode
 from hosts.protocol import Op, Stat
 from hosts.ps import ParameterServer, PSConfig
-from hosts.stats import load_params, params_sha256, read_frequency
+from hosts.ps import main as ps_main
+from hosts.stats import load_hot_keys, load_params, params_sha256, read_frequency, write_hot_keys
 from hosts.worker import Worker, WorkerConfig
 from hosts.workloads import LogisticWorkload, TraceWorkload, ZipfWorkload, reference_run
 from tests.agent_fakes import FakeSwitch, PipelineSwitch, Relay
@@ -53,9 +55,11 @@ def run_job(
     rto=0.02,
     rto_max=None,
     group_hot=True,
+    hot_keys=None,
 ):
     """PS shard threads + worker threads, optionally through a Relay; returns
-    (combined params, PS summaries, worker results, PS objects)."""
+    (combined params, PS summaries, worker results, PS objects). With `hot_keys` ({key:
+    offset}) the PS fills the cache first and the workers start once it is acked."""
     out: dict = {}
     servers = []
     for s in range(shards):
@@ -74,6 +78,7 @@ def run_job(
             log_path=str(tmp_path / f"ps{s}.csv"),
             freq_path=str(tmp_path / f"freq{s}.csv"),
             params_path=str(tmp_path / f"p{s}.npy"),
+            hot_keys=hot_keys,
         )
         servers.append(ParameterServer(cfg))
     ps_addrs = [ps.address for ps in servers]
@@ -84,6 +89,11 @@ def run_job(
         for ps in servers:
             ps.cfg.collect, ps.cfg.switch, ps.cfg.hot_slots = collect, relay.addrs[0], HOT_SLOTS
     threads = [_thread(ps.run, out, f"ps{i}") for i, ps in enumerate(servers)]
+    if hot_keys:
+        limit = time.monotonic() + 5
+        while sum(len(ps._switch.cached) for ps in servers) < len(hot_keys):
+            assert time.monotonic() < limit, "the prefill WRITEBACKs were not acked"
+            time.sleep(0.01)
     workers = [
         Worker(
             WorkerConfig(
@@ -96,6 +106,7 @@ def run_job(
                 deadline=25,
                 group_hot=group_hot,
                 log_path=str(tmp_path / f"w{w}.csv"),
+                hot_keys=sorted(hot_keys) if hot_keys else None,
             ),
             workload,
         )
@@ -270,6 +281,105 @@ def test_switch_overflow_and_slot_conflicts_are_exact(target, tmp_path) -> None:
     assert c["saturated"] > 0 and c["writeback_skipped"] > 0
 
 
+class _RecordingTrace(TraceWorkload):
+    """A trace that records what each worker pulled and pushed, per iteration."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen: list[tuple[int, int, dict[int, int], dict[int, int]]] = []
+        self._lock = threading.Lock()
+
+    def step(self, worker: int, iteration: int, keys: np.ndarray, pulled: np.ndarray):
+        out = super().step(worker, iteration, keys, pulled)
+        with self._lock:
+            self.seen.append(
+                (
+                    worker,
+                    iteration,
+                    dict(zip(keys.tolist(), pulled.tolist())),
+                    dict(zip(out.keys.tolist(), out.values.tolist())),
+                )
+            )
+        return out
+
+
+@TARGETS
+def test_a_key_moved_mid_iteration_never_gets_a_wrong_refreshed_value(target, tmp_path) -> None:
+    # Every push moves key 1 between slots 0 and 1, so within an iteration its sums land in
+    # both slots and the table points back at the slot the PS asked to refresh: that refresh
+    # lacks the other slot's sum. The PS must invalidate it before the barrier, so no pull is
+    # ever answered with it (pulled values are checked against the pushes before them).
+    trace = tmp_path / "trace.csv"
+    trace.write_text("".join(f"{t},{w},1,0.5\n" for t in range(1, 7) for w in range(3)))
+    wl = _RecordingTrace.from_csv(trace, key_space=8)
+    sets = [{1: 0}, {1: 1}]
+    sw = make_switch(target, (0, 0, HOT_SLOTS), sets[0])
+    relay = lambda ups: Relay(ups, switch=sw, hot_schedule=sets, rotate_every=1)  # noqa: E731
+    params, summaries, results, _ = run_job(wl, 3, 6, tmp_path, relay=relay, collect=True)
+    seen = list(wl.seen)  # before check_exact's reference run records its own steps
+    check_exact(wl, 3, 6, params, summaries)
+    pushed: dict[int, int] = {}
+    for _w, t, _pulled, step in seen:
+        pushed[t] = pushed.get(t, 0) + step.get(1, 0)
+    assert len(seen) == 3 * 6
+    for _w, t, pulled, _step in seen:
+        assert pulled[1] == -sum(v for it, v in pushed.items() if it < t), (t, pulled)
+    c = summaries[0]["counters"]
+    assert c["refreshed"] > 0 and c["refresh_invalidated"] > 0
+    assert sum(r.counters.get("pull_switch_hits", 0) for r in results) > 0
+
+
+@TARGETS
+def test_refresh_replaces_writebacks_for_keys_summed_only_in_the_switch(target, tmp_path) -> None:
+    # After the first barrier the cache moves on by COLLECT refreshes alone: writebacks are
+    # needed only for keys that became hot or had a cold part.
+    wl = zipf()
+    sw = make_switch(target, (0, 0, HOT_SLOTS), _switch(wl, 40))
+    relay = lambda ups: Relay(ups, switch=sw)  # noqa: E731
+    params, summaries, results, _ = run_job(wl, 3, 8, tmp_path, relay=relay, collect=True)
+    check_exact(wl, 3, 8, params, summaries)
+    c = summaries[0]["counters"]
+    hot = summaries[0]["hot_keys"]
+    assert c["refreshed"] > 3 * hot  # most hot keys refreshed in most of 7 barriers
+    assert c["writeback_cached"] < 2 * hot  # vs. about 7 * hot when every barrier writes back
+    assert sum(r.counters["pull_switch_hits"] for r in results) > 0
+
+
+@TARGETS
+def test_configured_hot_keys_are_cached_and_grouped_from_iteration_1(target, tmp_path) -> None:
+    wl = zipf()
+    hot = _switch(wl, 40)
+    sw = make_switch(target, (0, 0, HOT_SLOTS), hot)
+    relay = lambda ups: Relay(ups, switch=sw)  # noqa: E731
+    params, summaries, _, _ = run_job(
+        wl, 3, 4, tmp_path, relay=relay, collect=True, hot_keys=hot, shards=2
+    )
+    check_exact(wl, 3, 4, params, summaries)
+    first = []
+    for w in range(3):
+        with open(tmp_path / f"w{w}.csv") as f:
+            first += [r for r in csv.DictReader(f) if r["iteration"] == "1"]
+    # iteration 1 already has all-hot packets answered by the switch, in both directions
+    assert {r["kind"] for r in first if r["from_switch"] == "1"} == {"pull", "push"}
+    assert all(s["counters"]["writeback_cached"] >= 1 for s in summaries)
+    # the prefill's offsets let the first barrier refresh instead of writing back again
+    assert all(s["counters"]["refreshed"] > 0 for s in summaries)
+
+
+def test_hot_keys_file_round_trip_and_errors(tmp_path, capsys) -> None:
+    path = tmp_path / "hot.csv"
+    write_hot_keys(path, {7: 0, 42: 3, 9: None})
+    assert load_hot_keys(path) == {7: 0, 42: 3, 9: None}
+    path.write_text("key,offset\n5,x\n")
+    with pytest.raises(ValueError, match=r"hot\.csv:2"):
+        load_hot_keys(path)
+    with pytest.raises(ValueError, match="cannot read"):
+        load_hot_keys(tmp_path / "missing.csv")
+    argv = ["--job", "1", "--workers", "1", "--keys", "8", "--collect", "--switch", "127.0.0.1"]
+    assert ps_main([*argv, "--hot-keys", str(path)]) == 2
+    assert "hot.csv:2: expected 'key,offset'" in capsys.readouterr().err
+
+
 def test_collect_without_switch_still_finishes(tmp_path) -> None:
     wl = zipf()
     silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -313,8 +423,8 @@ def test_bad_input_is_counted_and_ignored(tmp_path) -> None:
     bad = {
         b"": "malformed",
         b"\x01\x01": "malformed",
-        HEADER.pack(2, 1, 0, 0, JOB, 0, 1, 1, 0): "malformed",
-        HEADER.pack(1, 1, 0, 9, JOB, 0, 1, 1, 0) + bytes(108): "malformed",
+        HEADER.pack(2, 1, 0, 0, JOB, 0, 1, 1, 0, 0): "malformed",
+        HEADER.pack(1, 1, 0, 9, JOB, 0, 1, 1, 0, 0) + bytes(108): "malformed",
         encode(Op.PUSH, JOB, 0, 0, 1, [2], [5]): "malformed",  # seq 0
         encode(42, JOB, 0, 1, 1): "unknown_op",
         encode(Op.PUSH, JOB + 1, 0, 1, 1, [2], [5]): "unknown_job",
@@ -378,6 +488,22 @@ def _cli(module: str, *args: str) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def test_worker_waits_for_go_and_refuses_anything_else() -> None:
+    args = ["--job", "1", "--worker-id", "0", "--ps", "127.0.0.1:9", "--iterations", "1"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hosts.worker", *args, "--wait-go", "--deadline", "5"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "ready"  # set up, nothing sent yet
+    _out, err = proc.communicate("stop\n", timeout=10)
+    assert proc.returncode == 4 and "expected 'go' on stdin, got 'stop'" in err
 
 
 def test_cli_run_matches_reference_and_sigterm_is_clean(tmp_path) -> None:

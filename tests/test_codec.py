@@ -58,6 +58,7 @@ def random_message(rng: random.Random) -> Message:
         mask=rng.getrandbits(8),
         keys=keys,
         values=values,
+        cached=rng.getrandbits(8),
     )
 
 
@@ -71,18 +72,20 @@ def scapy_of(m: Message) -> Hotagg:
         seq=m.seq,
         iteration=m.iteration,
         mask=m.mask,
+        cached=m.cached,
         entries=[Entry(key=k, value=v) for k, v in zip(m.keys, m.values)],
     )
 
 
 def assert_same(m: Message, s: Hotagg) -> None:
     assert (s.version, s.op, s.flags, s.count) == (m.version, m.op, m.flags, m.count)
-    assert (s.job_id, s.worker_id, s.seq, s.iteration, s.mask) == (
+    assert (s.job_id, s.worker_id, s.seq, s.iteration, s.mask, s.cached) == (
         m.job_id,
         m.worker_id,
         m.seq,
         m.iteration,
         m.mask,
+        m.cached,
     )
     assert [(e.key, e.value) for e in s.entries] == list(zip(m.keys, m.values))
 
@@ -104,7 +107,8 @@ def test_randomized_codec_matches_scapy_both_ways() -> None:
 def test_every_op_and_count_with_edge_values(op: Op, count: int) -> None:
     keys = tuple(EDGE_KEYS[i % len(EDGE_KEYS)] for i in range(count))
     values = tuple(EDGE_VALUES[(i + 1) % len(EDGE_VALUES)] for i in range(count))
-    m = Message(op, 0x03, 0xFFFF, 63, 1, 0xFFFFFFFF, (1 << count) - 1, keys, values)
+    full = (1 << count) - 1
+    m = Message(op, 0x07, 0xFFFF, 63, 1, 0xFFFFFFFF, full, keys, values, cached=full ^ 0xFF)
     data = encode_message(m)
     assert data == bytes(scapy_of(m))
     assert decode(data) == m
@@ -119,11 +123,20 @@ def test_values_none_means_zero_and_numpy_inputs_accepted() -> None:
     assert m.keys == (5, KEY_MAX) and m.values == (INT32_MIN, INT32_MAX)
 
 
-def test_reserved_bytes_are_ignored_on_decode() -> None:
-    s = Hotagg(op=Op.PUSH, seq=1, reserved=0xABCDEF, entries=[Entry(key=1, value=2)])
+def test_reserved_bytes_are_ignored_on_decode_but_cached_is_kept() -> None:
+    s = Hotagg(op=Op.PUSH, seq=1, cached=0x5A, reserved=0xABCD, entries=[Entry(key=1, value=2)])
     m = decode(bytes(s))
-    assert m.keys == (1,) and m.values == (2,)
-    assert encode_message(m) == bytes(Hotagg(op=Op.PUSH, seq=1, entries=[Entry(key=1, value=2)]))
+    assert m.keys == (1,) and m.values == (2,) and m.cached == 0x5A
+    clean = Hotagg(op=Op.PUSH, seq=1, cached=0x5A, entries=[Entry(key=1, value=2)])
+    assert encode_message(m) == bytes(clean)
+
+
+def test_cached_is_the_byte_after_mask() -> None:
+    """Byte 16 mask, 17 cached, 18-19 reserved: the P4 header and the switch rely on it."""
+    data = encode(Op.COLLECT_REPLY, 1, 0, 1, 1, [7], [9], mask=0x81, cached=0x3C)
+    assert data[16:20] == bytes([0x81, 0x3C, 0, 0])
+    assert Hotagg(data).cached == 0x3C and decode(data).cached == 0x3C
+    assert encode(Op.PUSH, 1, 0, 1, 1)[17] == 0  # cached defaults to 0
 
 
 def test_pack_entries_matches_struct_encoding() -> None:
@@ -148,12 +161,12 @@ def test_pack_entries_matches_struct_encoding() -> None:
     [
         (b"", "short"),
         (bytes(HEADER_LEN - 1), "short"),
-        (HEADER.pack(1, 1, 0, 9, 0, 0, 1, 1, 0) + bytes(12 * 9), "count 9"),
-        (HEADER.pack(1, 1, 0, 2, 0, 0, 1, 1, 0) + bytes(12), "truncated"),
-        (HEADER.pack(2, 1, 0, 0, 0, 0, 1, 1, 0), "version 2"),
-        (HEADER.pack(0, 1, 0, 0, 0, 0, 1, 1, 0), "version 0"),
-        (HEADER.pack(1, 1, 0, 1, 0, 0, 1, 1, 0) + bytes(13), "length"),
-        (HEADER.pack(1, 1, 0, 0, 0, 0, 1, 1, 0) + b"x", "length"),
+        (HEADER.pack(1, 1, 0, 9, 0, 0, 1, 1, 0, 0) + bytes(12 * 9), "count 9"),
+        (HEADER.pack(1, 1, 0, 2, 0, 0, 1, 1, 0, 0) + bytes(12), "truncated"),
+        (HEADER.pack(2, 1, 0, 0, 0, 0, 1, 1, 0, 0), "version 2"),
+        (HEADER.pack(0, 1, 0, 0, 0, 0, 1, 1, 0, 0), "version 0"),
+        (HEADER.pack(1, 1, 0, 1, 0, 0, 1, 1, 0, 0) + bytes(13), "length"),
+        (HEADER.pack(1, 1, 0, 0, 0, 0, 1, 1, 0, 0) + b"x", "length"),
     ],
 )
 def test_malformed_input_raises_codec_error(data: bytes, why: str) -> None:
@@ -171,7 +184,7 @@ def test_random_garbage_never_escapes_as_another_exception() -> None:
             m = decode(data)
         except CodecError:
             continue
-        assert encode_message(m)[:16] == data[:16] and len(data) == HEADER_LEN + 12 * m.count
+        assert encode_message(m)[:18] == data[:18] and len(data) == HEADER_LEN + 12 * m.count
 
 
 @pytest.mark.parametrize(
@@ -185,6 +198,8 @@ def test_random_garbage_never_escapes_as_another_exception() -> None:
         {"job_id": 1 << 16},
         {"seq": -1},
         {"op": 256},
+        {"cached": 256},
+        {"cached": -1},
     ],
 )
 def test_encode_rejects_fields_that_do_not_fit(kwargs: dict) -> None:

@@ -236,6 +236,7 @@ def test_ops_stats_flags_equal_protocol():
     assert max(protocol.Stat) < consts("sizes.p4")["STATS_SIZE"]
     assert t["FLAG_FROM_SWITCH"] == protocol.FLAG_FROM_SWITCH
     assert t["FLAG_RETRANSMIT"] == protocol.FLAG_RETRANSMIT
+    assert t["FLAG_INVALIDATE"] == protocol.FLAG_INVALIDATE
     assert t["HOTAGG_VERSION"] == protocol.VERSION
 
 
@@ -246,6 +247,73 @@ def test_headers_mirror_scapy_layers():
             (f.name, 8 * f.sz) for f in layer.fields_desc if not isinstance(f, PacketListField)
         ]
         assert [(name, width(typ)) for typ, name in headers[p4name]] == scapy
+    sizes = consts("sizes.p4")
+    assert sum(width(typ) for typ, _ in headers["hotagg_t"]) == 8 * sizes["HEADER_LEN"]
+    assert sum(width(typ) for typ, _ in headers["entry_t"]) == 8 * sizes["ENTRY_LEN"]
+
+
+# ---- COLLECT (docs/design.md §2): offsets, refresh, the reply's `cached` bitmap ----
+
+
+def macro(name: str, text: str) -> str:
+    """The body of `#define name(...)`, continuation lines joined, comments removed."""
+    m = re.search(rf"^[ \t]*#define\s+{name}\([^)]*\)((?:[^\n]*\\\n)*[^\n]*)", text, re.M)
+    assert m, name
+    return strip_comments(m[1].replace("\\\n", "\n"))
+
+
+def p4_statements() -> dict[str, str]:
+    """Comment-free text of every .p4 file, by path relative to p4src/."""
+    files = sorted(P4SRC.rglob("*.p4"))
+    return {str(p.relative_to(P4SRC)): strip_comments(p.read_text()) for p in files}
+
+
+def test_collect_reads_offset_from_value_and_fills_cached():
+    text = (INCLUDE / "collect.p4").read_text()
+    entry = macro("HOTAGG_COLLECT_ENTRY", text)
+    # The offset is the entry's value (u32); the key is only compared, never used as offset.
+    offset_checks = [
+        r"hdr\.entries\[I\]\.value\s*<\s*job_slot_count",
+        r"hdr\.entries\[I\]\.value\s*<\s*NUM_SLOTS",
+        r"job_slot_base\s*<\s*NUM_SLOTS",
+        r"job_slot_base\s*\+\s*hdr\.entries\[I\]\.value\s*<\s*NUM_SLOTS",
+    ]
+    for check in offset_checks:
+        assert re.search(check, entry), check
+    assert not re.search(r"hdr\.entries\[I\]\.key\s*(?:<|\+|\[)", entry)
+    assert re.search(r"==\s*hdr\.entries\[I\]\.key", entry)
+    # Refresh asked by the request mask; INVALIDATE untags; a refresh counts CACHE_WRITE.
+    assert re.search(r"hdr\.hotagg\.mask\s*&\s*\(\(entry_mask_t\)\s*1\s*<<\s*I\)", entry)
+    assert "FLAG_INVALIDATE" in entry and "STAT_CACHE_WRITE" in entry
+    # Each register is read at most once per entry; the agg registers are never written.
+    reads = Counter(re.findall(r"(\w+)\.read\s*\(", entry))
+    assert set(reads) == {"agg_iter", "agg_key", "agg_value", "cache_key", "cache_iter",
+                          "cache_value"} and set(reads.values()) == {1}, reads  # fmt: skip
+    assert set(re.findall(r"(\w+)\.write\s*\(", entry)) == {"cache_iter", "cache_value"}
+    finish = macro("HOTAGG_COLLECT_FINISH", text)
+    assert re.search(r"hdr\.hotagg\.mask\s*=\s*entry_mask\s*;", finish)
+    assert re.search(r"hdr\.hotagg\.cached\s*=\s*cached_mask\s*;", finish)
+    assert re.search(r"cached_mask\s*=\s*0\s*;", macro("HOTAGG_COLLECT_START", text))
+    main = strip_comments((P4SRC / "hotagg.p4").read_text())
+    assert re.search(r"HOTAGG_COLLECT_START\(\);\s*HOTAGG_COLLECT_ENTRY\(0\);", main)
+
+
+def test_only_collect_writes_cached_and_mask_is_written_last():
+    # Every other op leaves `cached` as it came; the request mask that COLLECT entries read
+    # is overwritten only by the FINISH macros, after all entries.
+    written = {
+        path: re.findall(r"hdr\.hotagg\.(cached|mask|reserved)\s*=[^=]", text)
+        for path, text in p4_statements().items()
+    }
+    assert {p: w.count("cached") for p, w in written.items() if "cached" in w} == {
+        "include/collect.p4": 1
+    }
+    assert not any("reserved" in w for w in written.values())
+    for name in ["collect.p4", "push.p4", "pull.p4", "writeback.p4"]:
+        text = (INCLUDE / name).read_text()
+        for m in re.finditer(r"^[ \t]*#define\s+(\w+)\(", text, re.M):
+            if "hdr.hotagg.mask =" in macro(m[1], text):
+                assert m[1].endswith("_FINISH"), m[1]
 
 
 # ---- ids ----

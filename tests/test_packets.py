@@ -15,6 +15,7 @@ from scapy.layers.inet import IP, UDP
 
 from hosts.protocol import (
     FLAG_FROM_SWITCH,
+    FLAG_INVALIDATE,
     HOTAGG_PORT,
     INT32_MAX,
     INT32_MIN,
@@ -41,17 +42,24 @@ def push(
     )
 
 
-def collect(sut, iteration: int, offsets=range(MAX_ENTRIES), job: int = JOB):
-    """COLLECT from the PS; returns {key: value} of the valid entries."""
-    out = sut.ports.exchange(
-        PS,
-        frame(
-            PS, W1, Op.COLLECT, [(o, 0) for o in offsets], seq=1, iteration=iteration, job_id=job
-        ),
+def collect_reply(
+    sut, iteration: int, entries, job: int = JOB, mask: int = 0, flags: int = 0
+) -> Hotagg:
+    """COLLECT of (expected key, slot offset) entries from the PS; returns the reply header."""
+    data = frame(
+        PS, W1, Op.COLLECT, entries, seq=1, iteration=iteration, job_id=job, mask=mask, flags=flags
     )
+    out = sut.ports.exchange(PS, data)
     assert len(out) == 1 and out[0].port == PS, [o.pkt.summary() for o in out]
     agg = out[0].agg
     assert agg.op == Op.COLLECT_REPLY and agg.flags & FLAG_FROM_SWITCH
+    return agg
+
+
+def collect(sut, iteration: int, offsets=range(MAX_ENTRIES), job: int = JOB):
+    """COLLECT from the PS, no refresh; returns {key: value} of the valid entries."""
+    agg = collect_reply(sut, iteration, [(0, o) for o in offsets], job)
+    assert agg.cached == 0  # nothing asked, nothing reported
     return {e.key: e.value for i, e in enumerate(agg.entries) if agg.mask >> i & 1}
 
 
@@ -213,6 +221,63 @@ def test_pull_is_answered_from_cache_only_for_the_cached_iteration(sut):
         PS,
     )
     assert partial.agg.op == Op.PULL and partial.agg.mask == 0b01
+
+
+def pull(sut, keys, iteration: int):
+    """A PULL from W1: the switch's reply (port W1) or the PULL it forwards to the PS."""
+    data = frame(W1, PS, Op.PULL, [(k, 0) for k in keys], iteration=iteration, job_id=JOB)
+    out = sut.ports.exchange(W1, data)
+    assert len(out) == 1 and out[0].port in (W1, PS), [(o.port, o.pkt.summary()) for o in out]
+    return out[0]
+
+
+def test_collect_refresh_moves_the_cache_to_the_next_iteration(sut):
+    sut.hot(JOB, {10: 0, 11: 1, 12: 2})
+    wb = only(
+        sut.ports.exchange(
+            PS,
+            frame(PS, W1, Op.WRITEBACK, [(10, 1000), (11, 500), (12, 70)], iteration=1, job_id=JOB),
+        ),
+        PS,
+    ).agg
+    assert wb.op == Op.WRITEBACK_ACK and wb.mask == 0b111
+    only(sut.ports.exchange(W1, push(W1, 1, [(10, 5), (11, -7)])), W1)
+    only(sut.ports.exchange(W2, push(W2, 1, [(10, 3)])), W2)
+    before = sut.stats()
+    ask = [(10, 0), (11, 1), (12, 2)]  # refresh 10 and 11; 12 (untouched) is only read
+    reply = collect_reply(sut, 1, ask, mask=0b011)
+    assert reply.mask == 0b011 and reply.cached == 0b011
+    assert [(e.key, e.value) for e in reply.entries] == [(10, 8), (11, -7), (12, 2)]
+    assert sut.stats()[Stat.CACHE_WRITE] - before[Stat.CACHE_WRITE] == 2
+    # A lost reply is asked again: same answer, nothing subtracted twice.
+    assert bytes(collect_reply(sut, 1, ask, mask=0b011)) == bytes(reply)
+    assert sut.stats()[Stat.CACHE_WRITE] - before[Stat.CACHE_WRITE] == 2
+    hit = pull(sut, [11, 10], iteration=2)
+    assert hit.port == W1 and hit.agg.op == Op.PULL_REPLY and hit.agg.flags & FLAG_FROM_SWITCH
+    assert [(e.key, e.value) for e in hit.agg.entries] == [(11, 507), (10, 992)]
+    assert pull(sut, [10], iteration=1).port == PS  # the tag moved on to 2
+    assert pull(sut, [12], iteration=2).port == PS  # not asked: still tagged 1
+    assert pull(sut, [12], iteration=1).agg.op == Op.PULL_REPLY
+
+
+def test_collect_invalidate_untags_the_cache(sut):
+    sut.hot(JOB, {10: 0})
+    sut.ports.exchange(PS, frame(PS, W1, Op.WRITEBACK, [(10, 100)], iteration=1, job_id=JOB))
+    only(sut.ports.exchange(W1, push(W1, 1, [(10, 4)])), W1)
+    assert collect_reply(sut, 1, [(10, 0)], mask=1).cached == 1
+    assert [(e.key, e.value) for e in pull(sut, [10], iteration=2).agg.entries] == [(10, 96)]
+    wrong = collect_reply(sut, 1, [(11, 0)], mask=1, flags=FLAG_INVALIDATE)
+    assert wrong.cached == 0 and pull(sut, [10], iteration=2).port == W1  # other key: kept
+    before = sut.stats()
+    reply = collect_reply(sut, 1, [(10, 0)], mask=1, flags=FLAG_INVALIDATE)
+    assert reply.cached == 0 and reply.mask == 1 and reply.flags & FLAG_INVALIDATE
+    assert [(e.key, e.value) for e in reply.entries] == [(10, 4)]  # still collected
+    assert sut.stats()[Stat.CACHE_WRITE] == before[Stat.CACHE_WRITE]
+    miss = pull(sut, [10], iteration=2)
+    assert miss.port == PS and miss.agg.op == Op.PULL and miss.agg.mask == 0
+    # Untagged, it is no longer tagged 1 either: a refresh is refused.
+    assert collect_reply(sut, 1, [(10, 0)], mask=1).cached == 0
+    assert pull(sut, [10], iteration=2).port == PS
 
 
 def test_pull_after_eviction_goes_to_ps(sut):

@@ -17,6 +17,7 @@ from scapy.utils import checksum
 from hosts.protocol import (
     CPU_PORT,
     FLAG_FROM_SWITCH,
+    FLAG_INVALIDATE,
     FLAG_RETRANSMIT,
     HOTAGG_PORT,
     INT32_MAX,
@@ -374,24 +375,190 @@ def test_pull_miss_and_partial_go_to_ps(p):
     assert stats(p)["PULL_MISS"] == 4 and "PULL_HIT" not in stats(p)
 
 
-def collect(p, offsets, it, job_id=1, dst=PS):
-    raw = frame(Op.COLLECT, [(o, 0) for o in offsets], src=PS, dst=dst, iteration=it, job_id=job_id)
+def s32(u: int) -> int:
+    """A u32 offset as the signed value field carries it."""
+    return u - (1 << 32) if u >= 1 << 31 else u
+
+
+def collect(p, offsets, it, job_id=1, dst=PS, keys=None, **fields):
+    """COLLECT of entries (expected key, offset); `keys` defaults to 0 for every offset."""
+    keys = [0] * len(offsets) if keys is None else keys
+    pairs = [(k, s32(o)) for k, o in zip(keys, offsets)]
+    raw = frame(Op.COLLECT, pairs, src=PS, dst=dst, iteration=it, job_id=job_id, **fields)
     return only(p.process(PS, raw), PS)
+
+
+def refresh(p, pairs, it, ask=None, **fields):
+    """COLLECT of (expected key, offset) pairs with refresh bits (default: every entry)."""
+    mask = (1 << len(pairs)) - 1 if ask is None else ask
+    keys, offsets = [k for k, _ in pairs], [o for _, o in pairs]
+    return agg(collect(p, offsets, it, keys=keys, mask=mask, **fields))
+
+
+def cache_at(p, slot):
+    return p.cache_key[slot], p.cache_value[slot], p.cache_iter[slot]
+
+
+def pull(p, keys, it, src=1):
+    """(op, entries) of what a PULL turns into: a switch PULL_REPLY or a PULL to the PS."""
+    out = p.process(src, frame(Op.PULL, [(k, 0) for k in keys], src=src, iteration=it))
+    assert len(out) == 1 and out[0][0] in (src, PS), out
+    return agg(out[0][1]).op, entries(out[0][1])
 
 
 def test_collect_reads_one_iteration_and_can_repeat(p):
     p.process(1, frame(entries=[(100, 4), (102, 6)], iteration=1))
     p.process(2, frame(entries=[(100, 1)], src=2, iteration=1))
     p.process(1, frame(entries=[(101, 8)], seq=2, iteration=2))
-    data = collect(p, [0, 1, 2, 64, 1 << 40], it=1, dst=99)  # answered whatever the address
+    offsets = [0, 1, 2, 64, 1 << 31]
+    data = collect(p, offsets, it=1, dst=99, cached=0xFF)  # answered whatever the address
     a = agg(data)
-    assert (a.op, a.flags, a.mask) == (Op.COLLECT_REPLY, FLAG_FROM_SWITCH, 0b101)
-    assert entries(data) == [(100, 5), (1, 0), (102, 6), (64, 0), (1 << 40, 0)]
-    assert collect(p, [0, 1, 2, 64, 1 << 40], it=1, dst=99) == data
+    assert (a.op, a.flags, a.mask, a.cached) == (Op.COLLECT_REPLY, FLAG_FROM_SWITCH, 0b101, 0)
+    assert entries(data) == [(100, 5), (0, 1), (102, 6), (0, 64), (0, INT32_MIN)]
+    assert collect(p, offsets, it=1, dst=99, cached=0xFF) == data
     assert entries(collect(p, [0, 1], it=2)) == [(0, 0), (101, 8)]
     assert agg(collect(p, [0, 2], it=3)).mask == 0  # parity copy of iteration 1, not 3
     assert agg(collect(p, [0], it=1, job_id=2)).mask == 0  # job 2's offset 0 is slot 64
     assert stats(p)["COLLECT"] == 5 and "BAD_SLOT" not in stats(p)
+    assert "CACHE_WRITE" not in stats(p) and not any(p.cache_iter)
+
+
+# --- COLLECT refresh and INVALIDATE ---
+
+
+def test_refresh_moves_the_cache_by_the_slot_sum_and_a_pull_of_the_next_iteration_hits(p):
+    writeback(p, [(100, 1000), (101, 7)], it=1)
+    p.process(1, frame(entries=[(100, 4)], iteration=1))
+    p.process(2, frame(entries=[(100, 1)], src=2, iteration=1))
+    assert pull(p, [100], it=2) == (Op.PULL, [(100, 0)])  # not cached for 2 yet
+    a = refresh(p, [(100, 0), (101, 1)], it=1)
+    assert (a.op, a.flags, a.mask, a.cached) == (Op.COLLECT_REPLY, FLAG_FROM_SWITCH, 0b01, 0b11)
+    assert [(e.key, e.value) for e in a.entries] == [(100, 5), (101, 1)]  # collected as before
+    assert cache_at(p, 0) == (100, 995, 2)
+    assert cache_at(p, 1) == (101, 7, 2)  # untouched slot: refreshed with sum 0
+    assert pull(p, [101, 100], it=2) == (Op.PULL_REPLY, [(101, 7), (100, 995)])
+    assert pull(p, [100], it=1)[0] == Op.PULL  # the tag moved on, iteration 1 misses now
+    assert stats(p)["CACHE_WRITE"] == 4  # two writebacks, two refreshes
+
+
+def test_repeated_refresh_reports_the_same_and_subtracts_once(p):
+    writeback(p, [(100, 50)], it=1)
+    p.process(1, frame(entries=[(100, 8)], iteration=1))
+    first = collect(p, [0], it=1, keys=[100], mask=1)
+    writes = stats(p)["CACHE_WRITE"]
+    assert collect(p, [0], it=1, keys=[100], mask=1) == first
+    assert agg(first).cached == 1 and cache_at(p, 0) == (100, 42, 2)
+    assert stats(p)["CACHE_WRITE"] == writes and stats(p)["COLLECT"] == 2
+
+
+def test_refresh_of_an_old_copy_subtracts_nothing(p):
+    p.process(1, frame(entries=[(100, 9)], iteration=1))  # same parity copy as iteration 3
+    writeback(p, [(100, 30)], it=3)
+    assert refresh(p, [(100, 0)], it=3).mask == 0
+    assert cache_at(p, 0) == (100, 30, 4) and agg_at(p, 3, 0) == (1, 100, 9)
+
+
+def test_refresh_with_a_copy_of_another_key_subtracts_nothing(p):
+    p.process(1, frame(entries=[(100, 9)], iteration=1))
+    for i in range(8):
+        p.tables[f"{P}lookup{i}.hot_keys"].delete((1, 100))
+    set_hot(p, 1, {200: 0})
+    writeback(p, [(200, 50)], it=1)  # slot 0 caches 200, its copy of 1 holds 100's sum
+    a = refresh(p, [(200, 0)], it=1)
+    assert (a.mask, a.cached) == (1, 1) and [(e.key, e.value) for e in a.entries] == [(100, 9)]
+    assert cache_at(p, 0) == (200, 50, 2)
+    assert pull(p, [200], it=2) == (Op.PULL_REPLY, [(200, 50)])
+
+
+@pytest.mark.parametrize(
+    "tag,key,ask,cached",
+    [
+        pytest.param(2, 101, 1, 0, id="wrong key"),
+        pytest.param(1, 100, 1, 0, id="cache tagged t-1"),
+        pytest.param(2, 100, 0, 0, id="no request bit"),
+        pytest.param(3, 100, 1, 1, id="already tagged t+1"),
+        pytest.param(3, 100, 0, 0, id="already tagged t+1, no request bit"),
+        pytest.param(3, 101, 1, 0, id="already tagged t+1, wrong key"),
+    ],
+)
+def test_refresh_is_refused_unless_key_and_tag_match_and_it_is_asked(p, tag, key, ask, cached):
+    writeback(p, [(100, 20)], it=tag)
+    p.process(1, frame(entries=[(100, 5)], iteration=2))
+    writes = stats(p)["CACHE_WRITE"]
+    a = refresh(p, [(key, 0)], it=2, ask=ask)
+    assert a.mask == 1 and [(e.key, e.value) for e in a.entries] == [(100, 5)]
+    assert cache_at(p, 0) == (100, 20, tag) and stats(p)["CACHE_WRITE"] == writes
+    # Tagged t+1 for the expected key is reported when asked, though nothing was written.
+    assert a.cached == cached
+
+
+@pytest.mark.parametrize(
+    "start,add,ok",
+    [
+        (INT32_MIN + 4, 5, False),
+        (INT32_MAX - 4, -5, False),
+        (INT32_MIN + 5, 5, True),
+        (INT32_MAX - 5, -5, True),
+    ],
+)
+def test_refresh_that_would_overflow_int32_is_not_done(p, start, add, ok):
+    writeback(p, [(100, start)], it=1)
+    p.process(1, frame(entries=[(100, add)], iteration=1))
+    a = refresh(p, [(100, 0)], it=1)
+    assert a.mask == 1 and a.cached == ok
+    assert cache_at(p, 0) == ((100, start - add, 2) if ok else (100, start, 1))
+    assert pull(p, [100], it=1 + ok) == (Op.PULL_REPLY, [(100, start - add if ok else start)])
+
+
+def test_cached_bits_follow_entry_positions_and_writes_are_counted(p):
+    writeback(p, [(100, 10), (101, 11), (102, 12), (103, 13)], it=1)
+    p.process(1, frame(entries=[(100, 1), (102, 2), (103, 3)], iteration=1))
+    before = p.counters[P + "stats"].read(Stat.CACHE_WRITE)
+    pairs = [(103, 3), (999, 1), (100, 0), (102, 2), (101, 1)]  # 999: wrong key for slot 1
+    data = collect(p, [o for _, o in pairs], it=1, keys=[k for k, _ in pairs], mask=0b00111)
+    a = agg(data)
+    assert (a.mask, a.cached) == (0b01101, 0b00101)
+    assert [cache_at(p, s)[1:] for s in range(4)] == [(9, 2), (11, 1), (12, 1), (10, 2)]
+    packets, nbytes = p.counters[P + "stats"].read(Stat.CACHE_WRITE)
+    assert (packets - before[0], nbytes - before[1]) == (2, 2 * len(data))
+
+
+def test_invalidate_untags_only_the_expected_key(p):
+    writeback(p, [(100, 40), (101, 41)], it=1)
+    p.process(1, frame(entries=[(100, 4)], iteration=1))
+    refresh(p, [(100, 0), (101, 1)], it=1)
+    assert pull(p, [100, 101], it=2)[0] == Op.PULL_REPLY
+    writes = stats(p)["CACHE_WRITE"]
+    a = refresh(p, [(101, 0), (100, 1)], it=1, flags=FLAG_INVALIDATE)  # keys swapped: wrong
+    assert a.cached == 0 and pull(p, [100, 101], it=2)[0] == Op.PULL_REPLY
+    a = refresh(p, [(100, 0), (101, 1)], it=1, ask=0b01, flags=FLAG_INVALIDATE)
+    assert (a.op, a.flags) == (Op.COLLECT_REPLY, FLAG_INVALIDATE | FLAG_FROM_SWITCH)
+    assert (a.mask, a.cached) == (0b01, 0)
+    assert [(e.key, e.value) for e in a.entries] == [(100, 4), (101, 1)]  # still collected
+    assert cache_at(p, 0) == (100, 36, 0) and cache_at(p, 1) == (101, 41, 2)
+    assert pull(p, [100], it=2) == (Op.PULL, [(100, 0)])
+    assert pull(p, [101], it=2) == (Op.PULL_REPLY, [(101, 41)])
+    assert stats(p)["CACHE_WRITE"] == writes  # untagging writes no value
+    assert refresh(p, [(100, 0)], it=1).cached == 0  # no tag t any more: no second refresh
+    assert cache_at(p, 0) == (100, 36, 0)
+
+
+def test_refresh_ignores_offsets_outside_the_job(p):
+    p.tables[P + "jobs"].insert((3,), P + "set_job", (2, NUM_SLOTS - 4, 64))
+    writeback(p, [(100, 10)], it=1)  # job 1, slot 0
+    p.process(1, frame(entries=[(100, 1)], iteration=1))
+    bad = [64, 1 << 31, (1 << 32) - 1, 1 << 30]
+    a = refresh(p, [(100, o) for o in bad], it=1)
+    assert (a.mask, a.cached) == (0, 0)
+    assert [(e.key, e.value) for e in a.entries] == [(100, s32(o)) for o in bad]
+    # Job 2 starts at slot 64: offset -64 must not wrap round onto job 1's slot 0.
+    a = refresh(p, [(100, (1 << 32) - 64)], it=1, job_id=2)
+    assert (a.mask, a.cached) == (0, 0)
+    for it in (1, 2):  # job 3's offset 4 is slot NUM_SLOTS, past the registers
+        a = refresh(p, [(0, 4)], it=it, job_id=3)
+        assert (a.mask, a.cached) == (0, 0) and [(e.key, e.value) for e in a.entries] == [(0, 4)]
+    assert cache_at(p, 0) == (100, 10, 1) and stats(p)["CACHE_WRITE"] == 1
+    assert "BAD_SLOT" not in stats(p)
 
 
 # --- drop simulator ---

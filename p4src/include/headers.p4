@@ -62,9 +62,9 @@ header udp_t {
  * |                              seq                              |
  * +---------------------------------------------------------------+
  * |                           iteration                           |
- * +---------------+-----------------------------------------------+
- * |     mask      |                   reserved (0)                |
- * +---------------+-----------------------------------------------+
+ * +---------------+---------------+-------------------------------+
+ * |     mask      |    cached     |         reserved (0)          |
+ * +---------------+---------------+-------------------------------+
  *
  * followed by `count` entries (12 bytes each), count <= MAX_ENTRIES = 8:
  *
@@ -75,8 +75,10 @@ header udp_t {
  * |                   value (32, two's complement)                |
  * +---------------------------------------------------------------+
  *
- * flags: bit 0 FROM_SWITCH, bit 1 RETRANSMIT. mask: bit i = entry position i (meaning per
- * op, docs/design.md §1). value: fixed point, real = value / 2^16.
+ * flags: bit 0 FROM_SWITCH, bit 1 RETRANSMIT, bit 2 INVALIDATE (COLLECT only). mask: bit i =
+ * entry position i (meaning per op, docs/design.md §1). cached: per-entry bitmap set only in
+ * COLLECT_REPLY (bit i: entry i's slot caches the expected key for iteration + 1); every other
+ * op leaves it as it came. reserved: 0, ignored. value: fixed point, real = value / 2^16.
  */
 header hotagg_t {
     bit<8>       version;
@@ -88,7 +90,8 @@ header hotagg_t {
     seq_t        seq;
     iteration_t  iteration;
     entry_mask_t mask;
-    bit<24>      reserved;
+    entry_mask_t cached;        // COLLECT_REPLY only; written by HOTAGG_COLLECT_FINISH
+    bit<16>      reserved;
 }
 
 header entry_t {

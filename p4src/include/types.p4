@@ -56,6 +56,7 @@ const op_t OP_MAX = 10;         // ops above this (and 0) are UNKNOWN_OP
 
 const flags_t FLAG_FROM_SWITCH = 0x01;  // set on replies the switch generates
 const flags_t FLAG_RETRANSMIT = 0x02;   // informative only; the switch never reads it
+const flags_t FLAG_INVALIDATE = 0x04;   // COLLECT only: the mask untags cache entries
 
 // Cells of HotaggIngress.stats (docs/design.md §2, "Stats reasons").
 const stat_t STAT_MALFORMED = 0;
