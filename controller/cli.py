@@ -104,6 +104,10 @@ def positive(text: str) -> int:
     return _int_in("count", text, 1, 1 << 32)
 
 
+def nonnegative(text: str) -> int:
+    return _int_in("count", text, 0, 1 << 62)
+
+
 def fraction(text: str) -> float:
     """A number in [0, 1] (a drop probability or a coverage target)."""
     try:
@@ -213,6 +217,14 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--stats", type=Path, metavar="FILE", help="statistics: key,updates lines")
     hi.add_argument("--budget", type=positive, metavar="N", help="at most N keys (default: slots)")
     hi.add_argument("--coverage", type=fraction, metavar="F", help="fewest keys covering F")
+    hi.add_argument(
+        "--min-updates",
+        type=nonnegative,
+        default=0,
+        metavar="N",
+        help="skip keys with fewer than N updates in the stats (a slot a key updated less than "
+        "about once per iteration costs more collect traffic than it saves)",
+    )
     hi.add_argument(
         "--with-hits", action="store_true", help="add the switch's hit counts to the statistics"
     )

@@ -184,8 +184,10 @@ def hotkeys_install(s: Session) -> Output:
     data: dict[str, Any] = {}
     lines = []
     if a.keys is not None:
-        if a.budget is not None or a.coverage is not None or a.with_hits:
-            raise BadInput("--budget, --coverage and --with-hits go with --stats, not --keys")
+        if a.budget is not None or a.coverage is not None or a.with_hits or a.min_updates:
+            raise BadInput(
+                "--budget, --coverage, --min-updates and --with-hits go with --stats, not --keys"
+            )
         keys = a.keys
     else:
         freqs = load_stats(a.stats)
@@ -193,7 +195,7 @@ def hotkeys_install(s: Session) -> Output:
             hits = {hk.key: hk.packets for hk in hot.list(job.job_id, counters=True)}
             freqs = combine(freqs, hits, a.hits_weight)
         budget = a.budget if a.budget is not None or a.coverage is not None else job.slot_count
-        chosen = choose(freqs, budget, a.coverage)
+        chosen = choose(freqs, budget, a.coverage, a.min_updates)
         keys = chosen.keys
         data["hotset"] = chosen.as_dict()
         lines.append(chosen.describe())

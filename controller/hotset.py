@@ -110,18 +110,26 @@ def rank(freqs: Mapping[int, int]) -> list[tuple[int, int]]:
 
 
 def choose(
-    freqs: Mapping[int, int], budget: int | None = None, coverage: float | None = None
+    freqs: Mapping[int, int],
+    budget: int | None = None,
+    coverage: float | None = None,
+    min_updates: int = 0,
 ) -> HotSet:
     """The hot set: the most updated keys, at most `budget` of them, stopping as soon as
-    they cover `coverage` (a fraction in [0, 1]) of all updates. With only a budget: the
-    keys covering the most updates within it; with only a target: the fewest keys reaching
-    it (all keys if it cannot be reached)."""
+    they cover `coverage` (a fraction in [0, 1]) of all updates, and taking no key with fewer
+    than `min_updates` updates. With only a budget: the keys covering the most updates within
+    it; with only a target: the fewest keys reaching it (all keys if it cannot be reached).
+
+    Why a floor: a hot slot is collected every iteration, touched or not, so a key updated
+    less than about once per iteration costs the PS more control traffic than it saves."""
     if budget is None and coverage is None:
         raise BadInput("give a slot budget, a coverage target, or both")
     if budget is not None and budget < 0:
         raise BadInput(f"budget {budget} is negative")
     if coverage is not None and not 0.0 <= coverage <= 1.0:
         raise BadInput(f"coverage target {coverage} is not in [0, 1]")
+    if min_updates < 0:
+        raise BadInput(f"minimum update count {min_updates} is negative")
     ranked = rank(freqs)
     total = sum(n for _, n in ranked)
     keys: list[int] = []
@@ -130,6 +138,8 @@ def choose(
         if budget is not None and len(keys) >= budget:
             break
         if coverage is not None and covered >= coverage * total:
+            break
+        if n < min_updates:
             break
         keys.append(key)
         covered += n

@@ -100,6 +100,13 @@ def test_hot_set_from_statistics(capsys, tmp_path: Path, switch: Switch) -> None
     assert (
         rc == 0 and "10 keys cover 18.9% of updates (955 of 5050" in out and len(switch.hot(0)) == 0
     )
+    # keys 0..5 have 95..100 updates: a floor of 95 takes only those, within the budget
+    rc, out, _ = ctl(capsys, a, "hotkeys", "install", "--job-id", "1", "--stats", str(stats),
+                     "--budget", "10", "--min-updates", "95", "--dry-run")  # fmt: skip
+    assert rc == 0 and out.startswith("6 keys cover") and len(switch.hot(0)) == 0
+    rc, _, err = ctl(capsys, a, "hotkeys", "install", "--job-id", "1", "--keys", "1",
+                     "--min-updates", "3")  # fmt: skip
+    assert rc != 0 and "--min-updates" in err
     rc, out, _ = ctl(capsys, a, "hotkeys", "install", "--job-id", "1", "--stats", str(stats),
                      "--coverage", "0.5")  # fmt: skip
     # sum of 100..101-n >= 2525 first at n = 30

@@ -118,7 +118,18 @@ def test_empty_statistics_give_an_empty_set() -> None:
     assert hs.keys == [] and hs.coverage == 0.0 and "0 keys cover 0.0%" in hs.describe()
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"budget": -1}, {"coverage": 1.5}, {"coverage": -0.1}])
+def test_min_updates_leaves_rarely_updated_keys_on_the_ps() -> None:
+    freqs = {1: 50, 2: 10, 3: 5, 4: 4, 5: 1}
+    assert choose(freqs, budget=10, min_updates=5).keys == [1, 2, 3]
+    assert choose(freqs, budget=2, min_updates=5).keys == [1, 2]  # the budget still caps
+    assert choose(freqs, budget=10, min_updates=51).keys == []
+    assert choose(freqs, budget=10).keys == [1, 2, 3, 4, 5]  # no floor by default
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"budget": -1}, {"coverage": 1.5}, {"coverage": -0.1}, {"budget": 3, "min_updates": -1}],
+)
 def test_choose_rejects_bad_parameters(kwargs: dict) -> None:
     with pytest.raises(BadInput):
         choose({1: 1}, **kwargs)
