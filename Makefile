@@ -20,6 +20,7 @@ HOT_SLOTS ?= 256
 LOSS ?= 0
 SEED ?= 1
 WORKLOAD ?= zipf
+BW ?=
 KEEP ?=
 
 .PHONY: all run test build bench stop clean lint format check-p4info help
@@ -70,7 +71,8 @@ check-p4info: build
 run: $(STAMP)
 	$(PY) -m experiment run --target $(TARGET) --topo $(TOPO) --workers $(WORKERS) \
 	    --iterations $(ITERATIONS) --skew $(SKEW) --keys $(KEYS) --hot-slots $(HOT_SLOTS) \
-	    --loss $(LOSS) --seed $(SEED) --workload $(WORKLOAD) $(if $(KEEP),--keep)
+	    --loss $(LOSS) --seed $(SEED) --workload $(WORKLOAD) $(if $(BW),--bw $(BW)) \
+	    $(if $(KEEP),--keep)
 
 bench: $(STAMP)
 	$(PY) -m bench

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hosts.protocol import HOTAGG_PORT, Stat
+from hosts.stats import write_hot_keys
 from topologies.switches import REPO_ROOT
 
 P4INFO = REPO_ROOT / "p4src" / "hotagg.p4info.txtpb"
@@ -48,6 +49,7 @@ class RunConfig:
     seed: int = 1
     workload: str = "zipf"
     warmup: int = 5
+    bw: float | None = None  # Mbit/s on every link, instead of the topology's (None: as given)
     runs_dir: Path = REPO_ROOT / "runs"
     grpc_base_port: int = 50051
     intf_prefix: str = ""  # keeps switch interface names of concurrent runs apart
@@ -83,13 +85,15 @@ class Experiment:
         self.p4info: Any = None
         self.topo_dict: dict = {}
         self.run_dir = Path()
+        self.job_slots = cfg.hot_slots  # the job's slot count, set by configure()
+        self.hot_offsets: dict[int, int] = {}  # hot key -> slot offset, set by configure()
 
     # --- set-up ---
 
     def preflight(self) -> None:
         from topologies.network import missing_prerequisites
         from topologies.switches import bmv2_missing
-        from topologies.topology import load_topology
+        from topologies.topology import TopologyFileError, load_topology
 
         if os.geteuid() != 0:
             raise PreflightError("make run needs root (Mininet namespaces): sudo make run")
@@ -99,7 +103,12 @@ class Experiment:
             raise PreflightError(f"TARGET=bmv2: {why}; use TARGET=embedded")
         if not 0.0 <= self.cfg.loss < 1.0:
             raise PreflightError(f"LOSS={self.cfg.loss} must be in [0, 1)")
-        self.topology = load_topology(self.cfg.topo)
+        try:
+            self.topology = load_topology(self.cfg.topo)
+            if self.cfg.bw is not None:
+                self.topology = self.topology.with_bandwidth(self.cfg.bw)
+        except (OSError, TopologyFileError) as e:
+            raise PreflightError(f"TOPO={self.cfg.topo}: {e}") from None
         workers = self.topology.workers
         if not 1 <= self.cfg.workers <= len(workers):
             raise PreflightError(
@@ -173,13 +182,18 @@ class Experiment:
         from controller.hot_keys import HotKeys
         from controller.jobs import Jobs
 
+        # The job gets as many slots as there are hot keys (at most HOT_SLOTS), so that the
+        # PS collects no slot that can never hold a sum.
+        self.job_slots = max(1, len(hot_keys)) if hot_keys else self.cfg.hot_slots
+        self.hot_offsets: dict[int, int] = {}
         for name, client in self.clients.items():
             client.set_pipeline(self.p4info.message, self.device_config)
             Forwarding(client, self.p4info).install(compute_routes(self.topo_dict, name))
-            job = Jobs(client, self.p4info).add(JOB_ID, self.cfg.hot_slots)
+            job = Jobs(client, self.p4info).add(JOB_ID, self.job_slots)
             DropSim(client, self.p4info).set(self.cfg.loss)
             if hot_keys and self.topology.switches[name].aggregate:
-                HotKeys(client, self.p4info).install(job, hot_keys)
+                report = HotKeys(client, self.p4info).install(job, hot_keys)
+                self.hot_offsets = dict(report.added)
 
     def switch_stats(self) -> dict[str, dict[str, int]]:
         from controller.stats import Stats
@@ -195,13 +209,44 @@ class Experiment:
     def _python(self, module: str, *args: str) -> list[str]:
         return [sys.executable, "-m", module, *args]
 
-    def _spawn(self, host: str, argv: list[str], err: Path) -> subprocess.Popen:
+    def _spawn(
+        self, host: str, argv: list[str], err: Path, stdin: int | None = None
+    ) -> subprocess.Popen:
         """Start `argv` inside Mininet host `host`; stdout is piped, stderr goes to `err`."""
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
         with open(err, "w") as err_file:  # the child keeps its own descriptor
             return self.net.host(host).popen(
-                argv, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=err_file, text=True
+                argv,
+                cwd=REPO_ROOT,
+                env=env,
+                stdin=stdin,
+                stdout=subprocess.PIPE,
+                stderr=err_file,
+                text=True,
             )
+
+    def _start_together(self, pdir: Path, workers: list[tuple[str, subprocess.Popen]]) -> None:
+        """Wait until every worker is set up ('ready'), then let them all go at once: Python
+        start-up takes tens of ms per process, and workers started one after another would
+        otherwise put that skew into iteration 1 (and so into the p99)."""
+        deadline = time.monotonic() + 60.0
+        for label, proc in workers:
+            assert proc.stdout is not None
+            sel = selectors.DefaultSelector()
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            ready = sel.select(timeout=max(0.0, deadline - time.monotonic()))
+            sel.close()
+            line = proc.stdout.readline() if ready else ""
+            if line.strip() != "ready":
+                err = (pdir / f"{label}.err").read_text().strip().splitlines()[-5:]
+                raise ExperimentError(
+                    f"{label} did not start ({line.strip() or 'no output'}): " + " | ".join(err)
+                )
+        for _, proc in workers:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            proc.stdin.close()
 
     def run_phase(
         self, name: str, iterations: int, collect: bool, stream_offset: int = 0
@@ -229,6 +274,12 @@ class Experiment:
             str(cfg.keys_per_iter),
             *cfg.extra_workload_args,
         ]
+        hot_args: list[str] = []
+        if collect and self.hot_offsets:
+            # The PS fills the cache before iteration 1 and the workers group the hot keys
+            # from the start, instead of learning them in the first two iterations.
+            write_hot_keys(pdir / "hot_keys.csv", self.hot_offsets)
+            hot_args = ["--hot-keys", str(pdir / "hot_keys.csv")]
         try:
             for i, host in enumerate(ps_hosts):
                 argv = self._python(
@@ -262,7 +313,8 @@ class Experiment:
                         "--switch",
                         str(self.topology.service_ip_for(host.name)),
                         "--hot-slots",
-                        str(cfg.hot_slots),
+                        str(self.job_slots),
+                        *hot_args,
                     ]
                 proc = self._spawn(host.name, argv, pdir / f"ps{i}.err")
                 procs.append((f"ps{i}", proc))
@@ -293,11 +345,14 @@ class Experiment:
                     "--deadline",
                     deadline,
                     "--progress",
+                    "--wait-go",
+                    *hot_args,
                     *workload,
                 )
-                proc = self._spawn(host.name, argv, pdir / f"w{w}.err")
+                proc = self._spawn(host.name, argv, pdir / f"w{w}.err", stdin=subprocess.PIPE)
                 procs.append((f"w{w}", proc))
                 workers.append(proc)
+            self._start_together(pdir, procs[len(ps_hosts) :])
             start = time.perf_counter()
             self._follow(name, workers, iterations)
             seconds = time.perf_counter() - start

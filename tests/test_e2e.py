@@ -106,16 +106,23 @@ def test_loss_keeps_the_run_exact(tmp_path):
     assert offload["switch_stats"]["s1"]["SIM_DROP"] > 0
 
 
-def test_bad_options_fail_with_a_clear_message(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "experiment", "run", "--workers", "9", "--runs-dir", str(tmp_path)],
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "experiment", "run", *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_bad_options_fail_with_a_clear_message(tmp_path):
+    proc = run_cli("--workers", "9", "--runs-dir", str(tmp_path))
     assert proc.returncode in (2, 3)
     assert "WORKERS=9" in proc.stderr or "needs root" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = run_cli("--bw", "0", "--runs-dir", str(tmp_path))
+    assert proc.returncode == 2 and "--bw: 0 is not a positive number" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
@@ -126,22 +133,7 @@ def test_a_second_aggregating_switch_is_refused(tmp_path):
     topo["switches"]["s2"] = {"aggregate": True, "service_ip": "10.0.2.254"}
     path = tmp_path / "two-aggregators.json"
     path.write_text(json.dumps(topo))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "experiment",
-            "run",
-            "--topo",
-            str(path),
-            "--runs-dir",
-            str(tmp_path / "runs"),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_cli("--topo", str(path), "--runs-dir", str(tmp_path / "runs"))
     assert proc.returncode == 2
     assert "marks 2 switches 'aggregate'" in proc.stderr
     assert not (tmp_path / "runs").exists()  # refused before anything was started

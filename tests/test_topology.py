@@ -173,7 +173,7 @@ def test_topo_graph() -> None:
     spine = links["s2", "s3"]
     assert (spine["port1"], spine["port2"]) == (3, 2)
     assert (spine["intfName1"], spine["intfName2"]) == ("t9s2-eth3", "t9s3-eth2")
-    assert spine["delay"] == "0.1ms" and spine["bw"] == 1000.0
+    assert spine["delay"] == "0.1ms" and spine["bw"] == 10.0
     assert links["h3", "s2"]["intfName1"] == "eth0"
     assert graph.unshaped == []
 
@@ -206,3 +206,17 @@ def test_htb_r2q_keeps_tc_quiet(bw: float, r2q: int) -> None:
     assert cmds[0].endswith(f"htb default 1 r2q {r2q}") and parent == " parent 5:1 "
     assert bw * 1e6 / 8 / r2q <= 200_000
     assert f"rate {bw:f}Mbit" in cmds[1]
+
+
+def test_with_bandwidth_overrides_every_link() -> None:
+    topo = load_topology(TOPOLOGIES / "leafspine.json")
+    slow = topo.with_bandwidth(2.5)
+    assert {link.bandwidth for link in slow.links} == {2.5}
+    assert len(slow.links) == len(topo.links) and slow.hosts == topo.hosts
+    assert [(x.node1, x.node2, x.latency) for x in slow.links] == [
+        (x.node1, x.node2, x.latency) for x in topo.links
+    ]
+    assert all(link.bandwidth is None for link in topo.with_bandwidth(None).links)
+    for bad in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(TopologyFileError, match="positive number of Mbit/s"):
+            topo.with_bandwidth(bad)

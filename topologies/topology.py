@@ -27,9 +27,11 @@ the offending item in the message.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import ipaddress
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -152,6 +154,13 @@ class Topology:
         is cabled to, if that switch aggregates; None means no in-network aggregation."""
         sw = self.switches[self.attachment(host)[0]]
         return sw.service_ip if sw.aggregate else None
+
+    def with_bandwidth(self, mbps: float | None) -> Topology:
+        """The same topology with every link's bandwidth set to `mbps` (None: unlimited)."""
+        if mbps is not None and not (mbps > 0 and math.isfinite(mbps)):
+            raise TopologyFileError(f"bandwidth {mbps!r} must be a positive number of Mbit/s")
+        links = tuple(dataclasses.replace(link, bandwidth=mbps) for link in self.links)
+        return dataclasses.replace(self, links=links)
 
     def service_addresses(self) -> dict[str, str]:
         """service IP -> service MAC of every switch that has one (hosts get static ARP)."""
