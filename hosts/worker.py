@@ -164,6 +164,9 @@ class Worker:
         self._iteration = 0
         self._loss_seen = 0  # the latest iteration in which a request was resent
         self._unlogged: Callable[[], None] | None = None  # the last iteration's log row
+        # (reply op, seq) of answered requests that had been resent -> (round trip of the
+        # original, its estimator), kept until a second reply shows the resend was spurious
+        self._resent_answered: dict[tuple[int, int], tuple[float, RttEstimator]] = {}
         self.sock = open_udp(config.bind)
         self.address: Address = self.sock.getsockname()
 
@@ -384,6 +387,8 @@ class Worker:
                 continue  # replies may be waiting: read them without blocking
             replies = self._recv(max(quiet, min(r.due for r in inflight.values())) - now)
             for m in replies:
+                if self._was_spurious(m):
+                    continue
                 if m.op != reply_op:
                     self.counters["stray_replies"] += 1
                     continue
@@ -395,6 +400,10 @@ class Worker:
                 done = time.perf_counter()
                 if r.tries == 0:
                     rtt.sample(done - r.start)
+                elif kind != "done":
+                    self._resent_answered[m.op, m.seq] = (done - r.start, rtt)
+                    if len(self._resent_answered) > 4096:  # really lost ones never pair
+                        del self._resent_answered[next(iter(self._resent_answered))]
                 quiet = done + rtt.timeout()
                 if not m.flags & FLAG_FROM_SWITCH:
                     self._fast_retransmit(kind, inflight, r, rtt)
@@ -424,6 +433,20 @@ class Worker:
         if idle is not None:  # nothing was sent
             result = idle()
         return result
+
+    def _was_spurious(self, m: Message) -> bool:
+        """A second reply to a request that was resent and already answered proves the
+        resend spurious: the first reply answered the original, so its round trip (from the
+        first send) is a valid sample. Without it, a queue that grew (a bottleneck link)
+        keeps the timeout below the round trip, and each iteration resends its whole
+        window, which lengthens the queue further."""
+        found = self._resent_answered.pop((m.op, m.seq), None)
+        if found is None:
+            return False
+        sample, rtt = found
+        rtt.sample(sample)
+        self.counters["spurious_retransmits"] += 1
+        return True
 
     def _fast_retransmit(
         self, kind: str, inflight: dict[int, _Request], answered: _Request, rtt: RttEstimator
