@@ -242,11 +242,16 @@ class Experiment:
                 raise ExperimentError(
                     f"{label} did not start ({line.strip() or 'no output'}): " + " | ".join(err)
                 )
-        for _, proc in workers:
+        for label, proc in workers:
             assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-            proc.stdin.close()
+            try:
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+                proc.stdin.close()
+            except OSError as e:  # it died after 'ready'
+                err = (pdir / f"{label}.err").read_text().strip().splitlines()[-5:]
+                why = f"{label} exited before it could start ({e}): "
+                raise ExperimentError(why + " | ".join(err)) from None
 
     def run_phase(
         self, name: str, iterations: int, collect: bool, stream_offset: int = 0

@@ -467,13 +467,14 @@ class ParameterServer:
 
     def _collected_elsewhere(self) -> list[tuple[int, int]]:
         """Refreshed (offset, key) pairs whose key also had a sum at another offset this
-        iteration (the controller moved it): that cache value lacks those contributions."""
-        if not self._refreshed:
-            return []
-        at: dict[int, set[int]] = {}
-        for key, offset in zip(self._collected[0], self._collected[2]):
-            at.setdefault(key, set()).add(offset)
-        wrong = [(o, k) for o, k in self._refreshed if at.get(k, {o}) != {o}]
+        iteration (the controller moved it): that cache value lacks those contributions.
+        Also those of COLLECTs given up (--collect-retries), which may have refreshed."""
+        wrong, self._switch.unsure = self._switch.unsure, []
+        if self._refreshed:
+            at: dict[int, set[int]] = {}
+            for key, offset in zip(self._collected[0], self._collected[2]):
+                at.setdefault(key, set()).add(offset)
+            wrong += [(o, k) for o, k in self._refreshed if at.get(k, {o}) != {o}]
         for o, k in wrong:
             self._switch.slot_cache.pop(o, None)
             self._switch.cached.pop(k, None)

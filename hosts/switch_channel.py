@@ -64,7 +64,9 @@ class SwitchChannel:
         self.cfg = config
         self._send, self._row, self.counters = send, row, counters
         self.collect = _Channel(Op.COLLECT, config.collect_retries)
-        self.invalidate = _Channel(Op.COLLECT, config.collect_retries, "invalidate")
+        # Never given up: a refresh left standing could be served to a pull (the deadline
+        # bounds the run instead).
+        self.invalidate = _Channel(Op.COLLECT, None, "invalidate")
         self.writeback = _Channel(Op.WRITEBACK, 0)
         self.cached: dict[int, int] = {}
         # What this PS believes the switch cache holds: offset -> (key, iteration), from
@@ -72,6 +74,9 @@ class SwitchChannel:
         # key -> offset where its sums were last collected.
         self.slot_cache: dict[int, tuple[int, int]] = {}
         self.offset_of: dict[int, int] = {}
+        # (offset, key) whose refresh was asked in a COLLECT given up (--collect-retries):
+        # the switch may have refreshed them, so the PS invalidates them
+        self.unsure: list[tuple[int, int]] = []
         self._seq = 1
         self._rtt = RttEstimator(config.rto, config.rto_max)  # COLLECT/WRITEBACK timeouts
         self._warned_lost = False
@@ -200,11 +205,13 @@ class SwitchChannel:
         rejected: list[int] = []
         for i, key in enumerate(m.keys):
             if m.mask >> i & 1:
+                self.counters["writeback_cached"] += 1
+                if self.cached.get(key, -1) > m.iteration:
+                    continue  # a late ack: a refresh already moved this key further
                 self.cached[key] = m.iteration
                 offset = self.offset_of.get(key)
                 if offset is not None:
                     self.slot_cache[offset] = (key, m.iteration)
-                self.counters["writeback_cached"] += 1
             else:
                 rejected.append(key)
                 self.cached.pop(key, None)
@@ -229,6 +236,13 @@ class SwitchChannel:
     def _lost(self, ch: _Channel, c: list) -> None:
         cfg = self.cfg
         self.counters[f"{ch.name}_unanswered"] += 1
+        if ch is self.collect:
+            keys, offsets, ask, _flags = c[0]
+            for i, (key, offset) in enumerate(zip(keys, offsets)):
+                if ask >> i & 1:
+                    self.unsure.append((offset, key))
+                    self.slot_cache.pop(offset, None)
+                    self.cached.pop(key, None)
         self._row(c[1], c[1], None, ch.op.name, None, "unanswered", cfg.switch)
         if ch.op == Op.COLLECT and not self._warned_lost:
             self._warned_lost = True

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import select
 import sys
 import threading
 import time
@@ -172,6 +173,10 @@ class Worker:
 
     def stop(self) -> None:
         self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
 
     def close(self) -> None:
         self.sock.close()
@@ -572,9 +577,13 @@ def main(argv: list[str] | None = None) -> int:
     install_stop_signals(worker.stop)
     if args.wait_go:
         print("ready", flush=True)
-        line = sys.stdin.readline()
+        # Poll, so that SIGINT/SIGTERM (which only set the stop flag) end the wait too.
+        while not worker.stopped and not select.select([sys.stdin], [], [], 0.2)[0]:
+            pass
+        line = "" if worker.stopped else sys.stdin.readline()
         if line.strip() != "go":
-            print(f"worker: expected 'go' on stdin, got {line.strip()!r}", file=sys.stderr)
+            why = "stopped" if worker.stopped else f"got {line.strip()!r}"
+            print(f"worker: expected 'go' on stdin, {why}", file=sys.stderr)
             worker.close()
             return 4
     try:

@@ -331,6 +331,30 @@ def test_a_key_moved_mid_iteration_never_gets_a_wrong_refreshed_value(target, tm
 
 
 @TARGETS
+def test_a_key_with_a_cold_part_is_never_refreshed(target, tmp_path) -> None:
+    # Key 1 is hot only for every other push, so in every iteration part of its sum is in
+    # the switch and part reached the PS cold. A refresh from the switch's part alone would
+    # be wrong; the PS must not ask for it (pulled values are checked).
+    trace = tmp_path / "trace.csv"
+    trace.write_text("".join(f"{t},{w},1,0.5\n" for t in range(1, 9) for w in range(3)))
+    wl = _RecordingTrace.from_csv(trace, key_space=8)
+    sets = [{1: 0}, {}]
+    sw = make_switch(target, (0, 0, HOT_SLOTS), sets[0])
+    relay = lambda ups: Relay(ups, switch=sw, hot_schedule=sets, rotate_every=1)  # noqa: E731
+    params, summaries, _, _ = run_job(wl, 3, 8, tmp_path, relay=relay, collect=True)
+    seen = list(wl.seen)
+    check_exact(wl, 3, 8, params, summaries)
+    pushed: dict[int, int] = {}
+    for _w, t, _pulled, step in seen:
+        pushed[t] = pushed.get(t, 0) + step.get(1, 0)
+    for _w, t, pulled, _step in seen:
+        assert pulled[1] == -sum(v for it, v in pushed.items() if it < t), (t, pulled)
+    c = summaries[0]["counters"]
+    assert c["cold_entries"] > 0 and c["collected_entries"] > 0
+    assert sw.stats[Stat.PULL_HIT] > 0
+
+
+@TARGETS
 def test_refresh_replaces_writebacks_for_keys_summed_only_in_the_switch(target, tmp_path) -> None:
     # After the first barrier the cache moves on by COLLECT refreshes alone: writebacks are
     # needed only for keys that became hot or had a cold part.
@@ -493,18 +517,27 @@ def _cli(module: str, *args: str) -> subprocess.Popen:
 
 def test_worker_waits_for_go_and_refuses_anything_else() -> None:
     args = ["--job", "1", "--worker-id", "0", "--ps", "127.0.0.1:9", "--iterations", "1"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hosts.worker", *args, "--wait-go", "--deadline", "5"],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout.readline().strip() == "ready"  # set up, nothing sent yet
+
+    def ready_worker() -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hosts.worker", *args, "--wait-go", "--deadline", "5"],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout.readline().strip() == "ready"  # set up, nothing sent yet
+        return proc
+
+    proc = ready_worker()
     _out, err = proc.communicate("stop\n", timeout=10)
     assert proc.returncode == 4 and "expected 'go' on stdin, got 'stop'" in err
+    proc = ready_worker()
+    proc.send_signal(signal.SIGTERM)  # a runner cleaning up must not have to kill it
+    _out, err = proc.communicate(timeout=3)
+    assert proc.returncode == 4 and "expected 'go' on stdin, stopped" in err
 
 
 def test_cli_run_matches_reference_and_sigterm_is_clean(tmp_path) -> None:

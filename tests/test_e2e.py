@@ -106,6 +106,17 @@ def test_loss_keeps_the_run_exact(tmp_path):
     assert offload["switch_stats"]["s1"]["SIM_DROP"] > 0
 
 
+def test_training_run_is_exact_so_cached_pulls_were_right(tmp_path):
+    # Logistic regression computes its gradients from the pulled parameters, so a wrong
+    # value answered from the switch's cache would change the parameters (and `exact`).
+    proc, summary = run_experiment(tmp_path, "--workload", "lr", "--seed", "5")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert summary["exact"] is True
+    offload = summary["modes"]["offload"]
+    assert offload["pulls_answered_by_switch"] > 0 and offload["updates_in_switch"] > 0
+    assert offload["switch_stats"]["s1"]["CACHE_WRITE"] > 0
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "experiment", "run", *args],
