@@ -405,7 +405,8 @@ class Worker:
                 done = time.perf_counter()
                 if r.tries == 0:
                     rtt.sample(done - r.start)
-                elif kind != "done":
+                elif r.tries == 1 and kind != "done":
+                    # sent twice: if a second reply follows, this one answered the original
                     self._resent_answered[m.op, m.seq] = (done - r.start, rtt)
                     if len(self._resent_answered) > 4096:  # really lost ones never pair
                         del self._resent_answered[next(iter(self._resent_answered))]
