@@ -201,7 +201,8 @@ def build(
         "seed": config["seed"],
         "workload": config["workload"],
         "loss": config["loss"],
-        "hot_slots": config["hot_slots"],
+        "hot_slots": config["hot_slots"],  # the budget; hot_set.keys is what was used
+        "link_bandwidth_mbps": config.get("link_bandwidth_mbps"),
         "exact": sha["server"] == sha["offload"],
         "params_sha256": sha,
         "hot_set": hot,
