@@ -135,6 +135,7 @@ class _Request:
     due: float = 0.0
     tries: int = 0
     last: float = 0.0  # perf_counter of the latest transmission
+    before_last: float = 0.0  # and of the one before it
 
 
 @dataclass
@@ -405,9 +406,11 @@ class Worker:
                 done = time.perf_counter()
                 if r.tries == 0:
                     rtt.sample(done - r.start)
-                elif r.tries == 1 and kind != "done":
-                    # sent twice: if a second reply follows, this one answered the original
-                    self._resent_answered[m.op, m.seq] = (done - r.start, rtt)
+                elif kind != "done":
+                    # If a second reply follows, this one answered a send before the last
+                    # (the paths keep order), so done - before_last is a lower bound of
+                    # its round trip (exact when sent twice): a sample that never inflates.
+                    self._resent_answered[m.op, m.seq] = (done - r.before_last, rtt)
                     if len(self._resent_answered) > 4096:  # really lost ones never pair
                         del self._resent_answered[next(iter(self._resent_answered))]
                 quiet = done + rtt.timeout()
@@ -441,11 +444,11 @@ class Worker:
         return result
 
     def _was_spurious(self, m: Message) -> bool:
-        """A second reply to a request that was resent and already answered proves the
-        resend spurious: the first reply answered the original, so its round trip (from the
-        first send) is a valid sample. Without it, a queue that grew (a bottleneck link)
-        keeps the timeout below the round trip, and each iteration resends its whole
-        window, which lengthens the queue further."""
+        """A second reply to a request that was resent and already answered proves a resend
+        spurious: the first reply answered an earlier send, so the time since the send
+        before the last is a (lower bound of a) round trip. Without it, a queue that grew
+        (a bottleneck link) keeps the timeout below the round trip, and each iteration
+        resends its whole window, which lengthens the queue further."""
         found = self._resent_answered.pop((m.op, m.seq), None)
         if found is None:
             return False
@@ -472,7 +475,7 @@ class Worker:
     def _resend(self, kind: str, r: _Request, rtt: RttEstimator, now: float) -> None:
         self._loss_seen = self._iteration
         r.tries += 1
-        r.last, r.due = now, now + rtt.timeout(r.tries)
+        r.before_last, r.last, r.due = r.last, now, now + rtt.timeout(r.tries)
         data = bytearray(r.data)
         data[2] |= FLAG_RETRANSMIT
         self._send(bytes(data), r.shard)

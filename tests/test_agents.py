@@ -724,14 +724,14 @@ def test_spurious_resends_teach_the_timeout_the_longer_round_trip(tmp_path) -> N
     # iterations resend nothing (Karn's rule alone would resend every window again).
     wl = zipf()
     relay = lambda ups: _SlowerFromNth(ups, start=150, extra=0.03)  # noqa: E731
-    params, _, results, _ = run_job(wl, 2, 6, tmp_path, relay=relay, rto=0.003, rto_max=1.0)
-    assert np.array_equal(params, reference_run(wl, 2, 6).params)
+    params, _, results, _ = run_job(wl, 2, 10, tmp_path, relay=relay, rto=0.003, rto_max=1.0)
+    assert np.array_equal(params, reference_run(wl, 2, 10).params)
     for r in results:
         c = r.counters
         resent = c.get("pull_retransmits", 0) + c.get("push_retransmits", 0)
         assert c["spurious_retransmits"] > 0
-        # one storm when the round trip jumps, not one per iteration (Karn's rule alone
-        # resent more requests than it sent here: 44 of 42)
+        # a storm or two when the round trip jumps, not one per iteration (Karn's rule
+        # alone resends about twice as many requests as it sends here)
         assert resent < (c["pull_sent"] + c["push_sent"]) / 2, c
 
 
