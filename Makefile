@@ -22,6 +22,9 @@ SEED ?= 1
 WORKLOAD ?= zipf
 BW ?=
 KEEP ?=
+# BMv2's switch binary for TARGET=bmv2, e.g. simple_switch_grpc-perf (BMv2's performance build).
+BMV2_BINARY ?= simple_switch_grpc
+export BMV2_BINARY
 
 .PHONY: all run test build bench stop clean lint format check-p4info help
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from topologies.network import missing_prerequisites
-from topologies.switches import REPO_ROOT
+from topologies.switches import REPO_ROOT, bmv2_missing
 
 pytestmark = [pytest.mark.root, pytest.mark.e2e]
 
@@ -68,8 +68,15 @@ def run_experiment(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedPro
     return proc, json.loads(summary_path.read_text())
 
 
-def test_offload_is_exact_and_takes_hot_updates_off_the_ps(tmp_path):
-    proc, summary = run_experiment(tmp_path, "--seed", "3")
+@pytest.fixture(scope="module")
+def embedded_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, dict]:
+    """The embedded target's run at seed 3, shared by the tests that read it."""
+    tmp_path = tmp_path_factory.mktemp("embedded")
+    return (tmp_path, *run_experiment(tmp_path, "--seed", "3"))
+
+
+def test_offload_is_exact_and_takes_hot_updates_off_the_ps(embedded_run):
+    tmp_path, proc, summary = embedded_run
     assert proc.returncode == 0, proc.stderr[-2000:]
     for field in ("target", "topology", "workers", "iterations", "seed", "exact"):
         assert field in summary
@@ -95,6 +102,18 @@ def test_offload_is_exact_and_takes_hot_updates_off_the_ps(tmp_path):
     ):
         assert (run_dir / name).stat().st_size > 0, name
     assert "exact: True" in proc.stdout
+
+
+def test_bmv2_run_is_exact_and_ends_with_the_embedded_targets_parameters(embedded_run, tmp_path):
+    """The same run on BMv2: exact, and the final parameters are those of the embedded
+    target (both targets sum the same integers, so the hashes must be equal)."""
+    if why := bmv2_missing():
+        pytest.skip(f"BMv2 target: {why}")
+    proc, summary = run_experiment(tmp_path, "--seed", "3", "--target", "bmv2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert summary["target"] == "bmv2" and summary["exact"] is True
+    assert summary["modes"]["offload"]["updates_in_switch"] > 0
+    assert summary["params_sha256"] == embedded_run[2]["params_sha256"]
 
 
 def test_loss_keeps_the_run_exact(tmp_path):

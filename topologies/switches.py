@@ -21,7 +21,10 @@ from pathlib import Path
 from hosts.protocol import CPU_PORT
 
 TARGETS = ("embedded", "bmv2")
-BMV2_BINARY = "simple_switch_grpc"
+# The BMv2 switch binary: BMV2_BINARY=simple_switch_grpc-perf (BMv2's performance build, see
+# behavioral-model docs/performance.md) or a path; read when a switch is created.
+BMV2_BINARY_ENV = "BMV2_BINARY"
+DEFAULT_BMV2_BINARY = "simple_switch_grpc"
 P4C_BINARY = "p4c-bm2-ss"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RUN_ENV = "HOTAGG_RUN"  # environment variable that marks every switch process we start
@@ -31,9 +34,14 @@ class SwitchStartError(RuntimeError):
     """The switch process exited or did not open its gRPC port in time."""
 
 
-def bmv2_missing() -> str | None:
-    """Why BMv2 cannot be used here, or None when simple_switch_grpc and p4c are on PATH."""
-    missing = [b for b in (BMV2_BINARY, P4C_BINARY) if shutil.which(b) is None]
+def bmv2_binary() -> str:
+    """The BMv2 binary to start: $BMV2_BINARY, else simple_switch_grpc."""
+    return os.environ.get(BMV2_BINARY_ENV) or DEFAULT_BMV2_BINARY
+
+
+def bmv2_missing(binary: str | None = None) -> str | None:
+    """Why BMv2 cannot be used here, or None when the BMv2 binary and p4c are on PATH."""
+    missing = [b for b in (binary or bmv2_binary(), P4C_BINARY) if shutil.which(b) is None]
     if missing:
         return f"{' and '.join(missing)} not on PATH (BMv2/p4c are not installable here)"
     return None
@@ -74,6 +82,7 @@ class SwitchProcess:
     log_dir: Path = field(default_factory=lambda: Path("/tmp/hotagg-logs"))
     seed: int | None = None
     run_id: str | None = None  # exported as HOTAGG_RUN; default "pid<our pid>"
+    bmv2_binary: str = field(default_factory=bmv2_binary)
     proc: subprocess.Popen | None = None
 
     def __post_init__(self) -> None:
@@ -101,7 +110,7 @@ class SwitchProcess:
             if self.seed is not None:
                 argv += ["--seed", str(self.seed)]
             return argv
-        argv = [BMV2_BINARY, "--device-id", str(self.device_id), "--no-p4"]
+        argv = [self.bmv2_binary, "--device-id", str(self.device_id), "--no-p4"]
         for intf in intfs:
             argv += ["-i", intf]
         # Thrift (if compiled in) listens on all addresses; give it a free port at least.
@@ -115,7 +124,7 @@ class SwitchProcess:
 
     def launch(self) -> SwitchProcess:
         """Start the process without waiting (several switches can then boot in parallel)."""
-        if self.target == "bmv2" and (why := bmv2_missing()):
+        if self.target == "bmv2" and (why := bmv2_missing(self.bmv2_binary)):
             raise SwitchStartError(why)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}

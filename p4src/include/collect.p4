@@ -63,7 +63,7 @@
                         collect_sum = cell_value;                                      \
                     }                                                                  \
                 }                                                                      \
-                if ((hdr.hotagg.mask & ((entry_mask_t)1 << I)) != 0) {                 \
+                if ((hdr.hotagg.mask & (8w1 << I)) != 0) {                 \
                     cache_key.read(cache_cell_key, collect_slot);                      \
                     if (cache_cell_key == hdr.entries[I].key) {                        \
                         if ((hdr.hotagg.flags & FLAG_INVALIDATE) != 0) {               \
@@ -85,7 +85,7 @@
                                 }                                                      \
                             }                                                          \
                             if (cache_cell_iter == collect_next_iter) {                \
-                                cached_mask = cached_mask | ((entry_mask_t)1 << I);    \
+                                cached_mask = cached_mask | (8w1 << I);    \
                             }                                                          \
                         }                                                              \
                     }                                                                  \
@@ -93,7 +93,7 @@
                 if (collect_touched) {                                                 \
                     hdr.entries[I].key = cell_key;                                     \
                     hdr.entries[I].value = cell_value;                                 \
-                    entry_mask = entry_mask | ((entry_mask_t)1 << I);                  \
+                    entry_mask = entry_mask | (8w1 << I);                  \
                 }                                                                      \
             }                                                                          \
         }                                                                              \

@@ -39,7 +39,7 @@
         slot_ok##I = false;                                                            \
         slot##I = 0;                                                                   \
         if (hdr.entries[I].isValid()) {                                                \
-            present_mask = present_mask | ((entry_mask_t)1 << I);                      \
+            present_mask = present_mask | (8w1 << I);                      \
         }                                                                              \
     }
 

@@ -16,7 +16,7 @@
                 if (cell_key == hdr.entries[I].key) {                                  \
                     cache_value.read(cell_value, slot##I & SLOT_MASK);                 \
                     hdr.entries[I].value = cell_value;                                 \
-                    entry_mask = entry_mask | ((entry_mask_t)1 << I);                  \
+                    entry_mask = entry_mask | (8w1 << I);                  \
                 }                                                                      \
             }                                                                          \
         }                                                                              \

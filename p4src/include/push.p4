@@ -77,7 +77,7 @@
                 }                                                                      \
             }                                                                          \
             if (entry_applied) {                                                       \
-                entry_mask = entry_mask | ((entry_mask_t)1 << I);                      \
+                entry_mask = entry_mask | (8w1 << I);                      \
                 stats.count(STAT_HOT_APPLIED);                                         \
             }                                                                          \
         }                                                                              \
@@ -94,7 +94,7 @@
 #define HOTAGG_PUSH_TRIM(I)                                                            \
     {                                                                                  \
         if (hdr.entries[I].isValid()) {                                                \
-            if ((entry_mask & ((entry_mask_t)1 << I)) != 0) {                          \
+            if ((entry_mask & (8w1 << I)) != 0) {                          \
                 hdr.entries[I].setInvalid();                                           \
                 removed_count = removed_count + 1;                                     \
                 removed_bytes = removed_bytes + ENTRY_LEN;                             \

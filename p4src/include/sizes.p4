@@ -26,7 +26,7 @@ const bit<32> HOT_KEYS_SIZE = 16384;
 const bit<32> MAX_JOBS = 16;
 const bit<16> MAX_WORKERS = 64;
 // Push packets a worker may have in flight; seq mod DEDUP_WINDOW picks its dedup cell.
-const bit<32> DEDUP_WINDOW = 64;
+@noWarn("unused") const bit<32> DEDUP_WINDOW = 64;  // documents DEDUP_SEQ_MASK below
 // = MAX_JOBS * MAX_WORKERS * DEDUP_WINDOW.
 const bit<32> DEDUP_SIZE = 65536;
 

@@ -46,8 +46,8 @@ const op_t OP_PUSH = 1;
 const op_t OP_PUSH_ACK = 2;
 const op_t OP_PULL = 3;
 const op_t OP_PULL_REPLY = 4;
-const op_t OP_DONE = 5;
-const op_t OP_DONE_ACK = 6;
+@noWarn("unused") const op_t OP_DONE = 5;          // passes through the switch
+@noWarn("unused") const op_t OP_DONE_ACK = 6;
 const op_t OP_COLLECT = 7;
 const op_t OP_COLLECT_REPLY = 8;
 const op_t OP_WRITEBACK = 9;
@@ -55,7 +55,7 @@ const op_t OP_WRITEBACK_ACK = 10;
 const op_t OP_MAX = 10;         // ops above this (and 0) are UNKNOWN_OP
 
 const flags_t FLAG_FROM_SWITCH = 0x01;  // set on replies the switch generates
-const flags_t FLAG_RETRANSMIT = 0x02;   // informative only; the switch never reads it
+@noWarn("unused") const flags_t FLAG_RETRANSMIT = 0x02;  // informative only; the switch never reads it
 const flags_t FLAG_INVALIDATE = 0x04;   // COLLECT only: the mask untags cache entries
 
 // Cells of HotaggIngress.stats (docs/design.md §2, "Stats reasons").

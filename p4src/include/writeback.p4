@@ -13,7 +13,7 @@
             cache_key.write(slot##I & SLOT_MASK, hdr.entries[I].key);                  \
             cache_value.write(slot##I & SLOT_MASK, hdr.entries[I].value);              \
             cache_iter.write(slot##I & SLOT_MASK, hdr.hotagg.iteration);               \
-            entry_mask = entry_mask | ((entry_mask_t)1 << I);                          \
+            entry_mask = entry_mask | (8w1 << I);                          \
             stats.count(STAT_CACHE_WRITE);                                             \
         }                                                                              \
     }
