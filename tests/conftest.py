@@ -7,6 +7,7 @@ elsewhere). Tests that need root skip cleanly without it.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -33,10 +34,11 @@ def root_missing() -> str | None:
     return None
 
 
+@functools.cache
 def bmv2_config() -> bytes:
-    """BMv2's JSON, compiled on first use (p4c is on PATH whenever BMv2 tests run)."""
-    if not BMV2_JSON.exists():
-        subprocess.run(["make", "-C", str(REPO_ROOT), "build"], check=True)
+    """BMv2's JSON, compiled once per session from the current p4src/ (never a stale
+    build/; p4c is on PATH whenever BMv2 tests run)."""
+    subprocess.run(["make", "-s", "-C", str(REPO_ROOT), "build"], check=True)
     return BMV2_JSON.read_bytes()
 
 
