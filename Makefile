@@ -21,6 +21,7 @@ LOSS ?= 0
 SEED ?= 1
 WORKLOAD ?= zipf
 BW ?=
+PS ?=
 KEEP ?=
 # BMv2's switch binary for TARGET=bmv2, e.g. simple_switch_grpc-perf (BMv2's performance build).
 BMV2_BINARY ?= simple_switch_grpc
@@ -74,7 +75,7 @@ check-p4info: build
 run: $(STAMP)
 	$(PY) -m experiment run --target $(TARGET) --topo $(TOPO) --workers $(WORKERS) \
 	    --iterations $(ITERATIONS) --skew $(SKEW) --keys $(KEYS) --hot-slots $(HOT_SLOTS) \
-	    --loss $(LOSS) --seed $(SEED) --workload $(WORKLOAD) $(if $(BW),--bw $(BW)) \
+	    --loss $(LOSS) --seed $(SEED) --workload $(WORKLOAD) $(if $(BW),--bw $(BW)) $(if $(PS),--ps $(PS)) \
 	    $(if $(KEEP),--keep)
 
 bench: $(STAMP)

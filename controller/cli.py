@@ -189,7 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     fwd = verbs("forwarding", "ipv4_lpm routes")
     inst = fwd.add_parser("install", help="routes of one switch from a topology.json")
-    inst.add_argument("--topo", type=Path, required=True, metavar="FILE", help="topology.json")
+    inst.add_argument(
+        "--topo", type=Path, required=True, metavar="FILE", help="topology.json, or star:N ..."
+    )
     inst.add_argument("--switch", required=True, help="switch name in the topology, e.g. s1")
     inst.add_argument("--replace", action="store_true", help="also delete other routes")
     inst.add_argument("--dry-run", action="store_true", help="print the routes only")

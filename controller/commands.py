@@ -12,7 +12,7 @@ from typing import Any
 from controller.client import SwitchClient
 from controller.drop_sim import DropSim
 from controller.errors import BadInput, PipelineMismatch
-from controller.forwarding import Forwarding, compute_routes, load_topology
+from controller.forwarding import Forwarding, compute_routes, load_routes_topology
 from controller.hot_keys import HotKeys
 from controller.hotset import choose, combine, load_stats
 from controller.jobs import Jobs
@@ -123,7 +123,7 @@ def pipeline_show(s: Session) -> Output:
 
 
 def forwarding_install(s: Session) -> Output:
-    routes = compute_routes(load_topology(s.args.topo), s.args.switch)
+    routes = compute_routes(load_routes_topology(s.args.topo), s.args.switch)
     data: dict[str, Any] = {"switch": s.args.switch, "routes": [str(r) for r in routes]}
     text = "\n".join(str(r) for r in routes)
     if not s.args.dry_run:

@@ -1,17 +1,16 @@
 """IPv4 routes (p4src/include/forwarding.p4: table HotaggIngress.ipv4_lpm).
 
-Routes come from a topology file in the P4 tutorials' topology.json format:
-`hosts {name: {"ip": "10.0.1.1/24", "mac": ..., "commands": [...]}}`, `switches {name: {...}}`,
-`links [["h1", "s1-p1"], ["s1-p2", "s2-p1", latency?, bandwidth?], ...]`. Every switch gets
-a /32 route to every host: to the host's own MAC on the port it is attached to, else toward
-the next switch on a shortest path (ties: lowest port), addressed to that switch's MAC (its
-"mac" in the file, else 08:00:00:00:NN:00 as the tutorials use, NN = the switch's number).
+Routes come from a topology (the P4 tutorials' topology.json format, read and validated by
+topologies.topology, the same reader the experiment uses; or a generator spec). Every switch
+gets a /32 route to every host: to the host's own MAC on the port it is attached to, else
+toward the next switch on a shortest path (ties: lowest port), addressed to that switch's
+MAC (its "mac" in the file, else 08:00:00:00:NN:00 as the tutorials use, NN = the switch's
+number).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from collections import deque
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from p4.v1 import p4runtime_pb2
 from controller.client import SwitchClient
 from controller.errors import BadInput
 from controller.p4info import P4Info
+from topologies.topology import Topology, TopologyFileError, load_topology
 
 TABLE = "HotaggIngress.ipv4_lpm"
 FORWARD = "HotaggIngress.ipv4_forward"
@@ -57,55 +57,27 @@ def format_mac(value: int) -> str:
     return ":".join(f"{b:02x}" for b in value.to_bytes(6, "big"))
 
 
-def _switch_mac(name: str, info: dict, index: int) -> int:
-    if "mac" in info:
-        return parse_mac(info["mac"])
-    digits = re.search(r"(\d+)$", name)
-    n = int(digits.group(1)) if digits else index + 1
-    return 0x080000000000 | (n & 0xFF) << 8
-
-
-def _endpoint(text: str, switches: dict, hosts: dict) -> tuple[str, int | None]:
-    name, _, port = text.partition("-p")
-    if name in switches:
-        if not port.isdigit():
-            raise TopologyError(f"link end {text!r}: a switch end needs a port, like s1-p1")
-        return name, int(port)
-    if text in hosts:
-        return text, None
-    raise TopologyError(f"link end {text!r} names no host or switch of the topology")
-
-
-def load_topology(path: str | Path) -> dict:
+def load_routes_topology(spec: str | Path) -> Topology:
+    """The topology (a file or a generator spec such as star:8) through the one reader the
+    experiment uses too (topologies.topology); its errors become TopologyError."""
     try:
-        topo = json.loads(Path(path).read_text())
-    except OSError as e:
-        raise TopologyError(f"cannot read topology {path}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise TopologyError(f"{path} is not JSON: {e}") from None
-    if not isinstance(topo, dict) or not {"hosts", "switches", "links"} <= topo.keys():
-        raise TopologyError(f"{path}: a topology has 'hosts', 'switches' and 'links'")
-    return topo
+        return load_topology(spec)
+    except TopologyFileError as e:
+        raise TopologyError(str(e)) from None
 
 
-def compute_routes(topo: dict, switch: str) -> list[Route]:
+def compute_routes(topo: Topology, switch: str) -> list[Route]:
     """The ipv4_lpm routes of `switch`, one /32 per host, sorted by address."""
-    hosts, switches = topo["hosts"], topo["switches"]
-    if switch not in switches:
-        raise TopologyError(f"no switch {switch!r} in the topology (have {sorted(switches)})")
-    macs = {n: _switch_mac(n, switches[n] or {}, i) for i, n in enumerate(sorted(switches))}
-    attached: dict[str, list[tuple[str, int]]] = {s: [] for s in switches}  # host -> port
-    neighbours: dict[str, list[tuple[int, str]]] = {s: [] for s in switches}
-    for link in topo["links"]:
-        (a, pa), (b, pb) = (_endpoint(end, switches, hosts) for end in link[:2])
-        if pa is not None and pb is not None:
-            neighbours[a].append((pa, b))
-            neighbours[b].append((pb, a))
-        elif pa is not None or pb is not None:
-            sw, port, host = (a, pa, b) if pa is not None else (b, pb, a)
-            attached[sw].append((host, port))  # type: ignore[arg-type]
+    if switch not in topo.switches:
+        raise TopologyError(f"no switch {switch!r} in {topo.source} (have {sorted(topo.switches)})")
+    attached: dict[str, list[tuple[str, int]]] = {s: [] for s in topo.switches}  # host, port
+    neighbours: dict[str, list[tuple[int, str]]] = {s: [] for s in topo.switches}
+    for link in topo.links:
+        if link.is_host_link:
+            attached[link.node2].append((link.node1, link.port2))  # type: ignore[arg-type]
         else:
-            raise TopologyError(f"link {link} joins two hosts")
+            neighbours[link.node1].append((link.port1, link.node2))  # type: ignore[arg-type]
+            neighbours[link.node2].append((link.port2, link.node1))  # type: ignore[arg-type]
     # BFS from `switch`: first hop (port, next switch) toward every reachable switch.
     first_hop: dict[str, tuple[int, str] | None] = {switch: None}
     todo = deque([switch])
@@ -118,16 +90,12 @@ def compute_routes(topo: dict, switch: str) -> list[Route]:
     routes = []
     for sw in sorted(first_hop):
         for host, port in attached[sw]:
-            info = hosts[host]
-            try:
-                ip = ipaddress.IPv4Interface(info["ip"]).ip
-            except (KeyError, ValueError) as e:
-                raise TopologyError(f"host {host}: bad or missing 'ip' ({e})") from None
+            ip = int(ipaddress.IPv4Address(topo.hosts[host].ip))
             if sw == switch:
-                routes.append(Route(int(ip), 32, parse_mac(info.get("mac", "")), port))
+                routes.append(Route(ip, 32, parse_mac(topo.hosts[host].mac), port))
             else:
                 hop_port, hop = first_hop[sw]  # type: ignore[misc]
-                routes.append(Route(int(ip), 32, macs[hop], hop_port))
+                routes.append(Route(ip, 32, parse_mac(topo.switches[hop].router_mac), hop_port))
     return sorted(routes, key=lambda r: r.prefix)
 
 

@@ -60,7 +60,19 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the experiment")
     d = RunConfig()
     run.add_argument("--target", choices=("embedded", "bmv2"), default=d.target)
-    run.add_argument("--topo", type=Path, default=d.topo, help="topology.json (default: star)")
+    run.add_argument(
+        "--topo",
+        type=Path,
+        default=d.topo,
+        help="topology.json, or star:N, star:N:S (S PS shards), leafspine:L:H (default: star)",
+    )
+    run.add_argument(
+        "--ps",
+        type=lambda text: [name for name in text.split(",") if name],
+        default=[],
+        metavar="HOST[,HOST]",
+        help="the parameter server host(s), for a topology file without hotagg's roles",
+    )
     run.add_argument("--workers", type=positive, default=d.workers)
     run.add_argument("--iterations", type=positive, default=d.iterations)
     run.add_argument("--skew", type=nonnegative, default=d.skew, help="Zipf exponent")
@@ -230,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         workload=args.workload,
         warmup=args.warmup,
         bw=args.bw,
+        ps=args.ps,
         runs_dir=args.runs_dir,
         grpc_base_port=args.grpc_base_port,
         intf_prefix=args.intf_prefix,

@@ -50,6 +50,7 @@ class RunConfig:
     workload: str = "zipf"
     warmup: int = 5
     bw: float | None = None  # Mbit/s on every link, instead of the topology's (None: as given)
+    ps: list[str] = field(default_factory=list)  # PS hosts, for files without hotagg's roles
     runs_dir: Path = REPO_ROOT / "runs"
     grpc_base_port: int = 50051
     intf_prefix: str = ""  # keeps switch interface names of concurrent runs apart
@@ -83,7 +84,6 @@ class Experiment:
         self.net: Any = None
         self.clients: dict[str, Any] = {}
         self.p4info: Any = None
-        self.topo_dict: dict = {}
         self.run_dir = Path()
         self.job_slots = cfg.hot_slots  # the job's slot count, set by configure()
         self.hot_offsets: dict[int, int] = {}  # hot key -> slot offset, set by configure()
@@ -105,21 +105,25 @@ class Experiment:
             raise PreflightError(f"LOSS={self.cfg.loss} must be in [0, 1)")
         try:
             self.topology = load_topology(self.cfg.topo)
+            if self.cfg.ps:
+                self.topology = self.topology.with_parameter_servers(self.cfg.ps)
             if self.cfg.bw is not None:
                 self.topology = self.topology.with_bandwidth(self.cfg.bw)
         except (OSError, TopologyFileError) as e:
             raise PreflightError(f"TOPO={self.cfg.topo}: {e}") from None
+        except KeyError as e:
+            raise PreflightError(f"PS={','.join(self.cfg.ps)}: {e.args[0]}") from None
+        if missing := self.topology.missing_hotagg_keys():
+            raise PreflightError(missing)
+        for notice in self.topology.notices:
+            say(f"note: {notice}")
         workers = self.topology.workers
         if not 1 <= self.cfg.workers <= len(workers):
             raise PreflightError(
                 f"WORKERS={self.cfg.workers}, but {self.cfg.topo} has {len(workers)} worker hosts"
+                f" (TOPO=star:{self.cfg.workers} generates a star with that many)"
             )
-        if not self.topology.parameter_servers:
-            raise PreflightError(f"{self.cfg.topo} has no host with role 'ps'")
         aggregating = [n for n, s in self.topology.switches.items() if s.aggregate]
-        for ps in self.topology.parameter_servers:
-            if self.topology.service_ip_for(ps.name) is None:
-                raise PreflightError(f"the switch of PS {ps.name} does not aggregate")
         # Each PS collects from its own switch only: a second aggregating switch would sum
         # updates that no PS ever collects.
         if len(aggregating) != 1:
@@ -141,12 +145,10 @@ class Experiment:
 
     def start(self) -> None:
         from controller.client import SwitchClient
-        from controller.forwarding import load_topology as load_topo_dict
         from controller.p4info import P4Info
         from topologies.network import start_network
 
         self.p4info = P4Info.from_file(P4INFO)
-        self.topo_dict = load_topo_dict(self.cfg.topo)
         self.device_config = b""
         if self.cfg.target == "bmv2":
             subprocess.run(["make", "-s", "-C", str(REPO_ROOT), "build"], check=True)
@@ -188,7 +190,7 @@ class Experiment:
         self.hot_offsets: dict[int, int] = {}
         for name, client in self.clients.items():
             client.set_pipeline(self.p4info.message, self.device_config)
-            Forwarding(client, self.p4info).install(compute_routes(self.topo_dict, name))
+            Forwarding(client, self.p4info).install(compute_routes(self.topology, name))
             job = Jobs(client, self.p4info).add(JOB_ID, self.job_slots)
             DropSim(client, self.p4info).set(self.cfg.loss)
             if hot_keys and self.topology.switches[name].aggregate:

@@ -32,7 +32,7 @@ from controller.errors import (
     TableFull,
     UnknownJob,
 )
-from controller.forwarding import Forwarding, Route, compute_routes, load_topology
+from controller.forwarding import Forwarding, Route, compute_routes, load_routes_topology
 from controller.hot_keys import INSTANCES, HotKeys, set_slot, table
 from controller.jobs import Jobs
 from controller.p4info import P4Info
@@ -41,6 +41,7 @@ from hosts.protocol import CPU_PORT, HOT_KEYS_SIZE, HOTAGG_PORT, MAX_JOBS, Entry
 from softswitch.p4rt import P4RuntimeServer
 from softswitch.pipeline import Pipeline
 from softswitch.state import Table
+from topologies.topology import parse_topology
 
 REPO = Path(__file__).resolve().parent.parent
 # HOTAGG_P4INFO lets the same tests run with another P4Info (e.g. p4c's output in build/).
@@ -371,19 +372,19 @@ TUTORIAL_TOPO = {
 
 
 def test_routes_follow_shortest_paths() -> None:
-    s1 = {str(r) for r in compute_routes(TUTORIAL_TOPO, "s1")}
+    s1 = {str(r) for r in compute_routes(parse_topology(TUTORIAL_TOPO), "s1")}
     assert s1 == {
         "10.0.1.1/32 -> port 1 mac 08:00:00:00:01:11",
         "10.0.2.2/32 -> port 2 mac 08:00:00:00:02:00",
         "10.0.3.3/32 -> port 2 mac 08:00:00:00:02:00",
     }
-    s2 = {str(r) for r in compute_routes(TUTORIAL_TOPO, "s2")}
+    s2 = {str(r) for r in compute_routes(parse_topology(TUTORIAL_TOPO), "s2")}
     assert "10.0.3.3/32 -> port 3 mac 02:00:00:00:00:03" in s2
     assert "10.0.1.1/32 -> port 2 mac 08:00:00:00:01:00" in s2
 
 
 def test_forwarding_install_is_idempotent(client: SwitchClient, switch: Switch) -> None:
-    routes = compute_routes(load_topology(REPO / "topologies" / "star.json"), "s1")
+    routes = compute_routes(load_routes_topology(REPO / "topologies" / "star.json"), "s1")
     fwd = Forwarding(client, switch.p4info)
     assert fwd.install(routes)["inserted"] == len(routes)
     assert fwd.install(routes) == {"inserted": 0, "modified": 0, "deleted": 0}

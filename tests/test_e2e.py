@@ -117,7 +117,8 @@ def test_bmv2_run_is_exact_and_ends_with_the_embedded_targets_parameters(embedde
 
 
 def test_loss_keeps_the_run_exact(tmp_path):
-    proc, summary = run_experiment(tmp_path, "--loss", "0.05", "--seed", "4")
+    # On a generated star (TOPO=star:3), which needs no file.
+    proc, summary = run_experiment(tmp_path, "--loss", "0.05", "--seed", "4", "--topo", "star:3")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert summary["exact"] is True
     offload = summary["modes"]["offload"]
@@ -154,6 +155,11 @@ def test_bad_options_fail_with_a_clear_message(tmp_path):
     proc = run_cli("--bw", "0", "--runs-dir", str(tmp_path))
     assert proc.returncode == 2 and "--bw: 0 is not a positive number" in proc.stderr
     assert "Traceback" not in proc.stderr
+    if os.geteuid() == 0:  # the topology is read in the preflight, after the root check
+        proc = run_cli("--topo", "star:99", "--runs-dir", str(tmp_path))
+        assert proc.returncode == 2 and "99 workers; the switch takes 1..64" in proc.stderr
+        proc = run_cli("--ps", "h9", "--runs-dir", str(tmp_path))
+        assert proc.returncode == 2 and "PS=h9: no host 'h9'" in proc.stderr
 
 
 def test_a_second_aggregating_switch_is_refused(tmp_path):

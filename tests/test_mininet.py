@@ -75,18 +75,17 @@ def program_switches(network: Network, target: str, topo_file: Path) -> None:
     """Push the pipeline and the routes, as the experiment's controller does."""
     from controller.client import SwitchClient
     from controller.forwarding import Forwarding, compute_routes
-    from controller.forwarding import load_topology as load_for_routes
     from controller.p4info import P4Info
 
     p4info = P4Info.from_file(P4INFO)
-    routes_doc = load_for_routes(topo_file)
+    topology = load_topology(topo_file)
     from tests.conftest import bmv2_config  # compiles with p4c on first use
 
     config = bmv2_config() if target == "bmv2" else b""
     for name, addr in network.grpc_addrs.items():
         with SwitchClient(addr, device_id=network.device_ids[name], wait=5.0) as client:
             client.set_pipeline(p4info.message, config)
-            Forwarding(client, p4info).install(compute_routes(routes_doc, name))
+            Forwarding(client, p4info).install(compute_routes(topology, name))
 
 
 RECEIVER = textwrap.dedent(

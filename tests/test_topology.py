@@ -220,3 +220,125 @@ def test_with_bandwidth_overrides_every_link() -> None:
     for bad in (0, -1, float("nan"), float("inf")):
         with pytest.raises(TopologyFileError, match="positive number of Mbit/s"):
             topo.with_bandwidth(bad)
+
+
+# ---- what the tutorials' files carry, and what they lack ----
+
+
+def test_tutorial_extras_are_accepted_with_notices() -> None:
+    doc = copy.deepcopy(TUTORIAL)
+    doc["hosts"]["h1"]["ip"] = "10.0.1.0/31"  # RFC 3021: both addresses of a /31 are hosts
+    doc["hosts"]["h3"]["ip"] = "10.0.3.1/31"
+    doc["switches"]["s1"].update(program="build/basic.json", cpu_port="255")
+    topo = parse(doc)
+    assert topo.hosts["h1"].cidr == "10.0.1.0/31" and topo.switches["s1"].cpu_port == 255
+    [ignored, unshaped] = topo.notices
+    assert "['program', 'runtime_json']" in ignored
+    assert "2 of 3 links have no bandwidth" in unshaped
+    assert topo.with_bandwidth(10).notices == (ignored,)  # BW= shapes every link
+    # The notice is said once, not per switch, and a fully shaped file has none.
+    assert parse(json.loads((TOPOLOGIES / "star.json").read_text())).notices == ()
+
+
+def test_cpu_port_string_must_still_be_a_port() -> None:
+    doc = copy.deepcopy(TUTORIAL)
+    doc["switches"]["s1"]["cpu_port"] = "cpu"
+    with pytest.raises(TopologyFileError, match="cpu_port 'cpu' must be an integer"):
+        parse(doc)
+
+
+def test_missing_hotagg_keys_are_named_and_ps_option_fills_them() -> None:
+    topo = parse(TUTORIAL)
+    missing = topo.missing_hotagg_keys()
+    assert missing is not None and '"role": "ps"' in missing and "PS=<host>" in missing
+    with_ps = topo.with_parameter_servers(["h3"])
+    assert with_ps.missing_hotagg_keys() is None
+    assert [h.name for h in with_ps.parameter_servers] == ["h3"]
+    assert [h.name for h in with_ps.workers] == ["h1"]
+    s2 = with_ps.switches["s2"]
+    assert s2.aggregate and s2.service_ip == "10.0.3.254" and s2.service_mac
+    assert not with_ps.switches["s1"].aggregate
+    assert with_ps.service_ip_for("h3") == "10.0.3.254"
+    with pytest.raises(KeyError, match="no host 'h9'"):
+        topo.with_parameter_servers(["h9"])
+    with pytest.raises(TopologyFileError, match="must share one"):
+        topo.with_parameter_servers(["h1", "h3"])
+
+
+def test_ps_on_a_switch_that_does_not_aggregate_is_named() -> None:
+    doc = copy.deepcopy(TUTORIAL)
+    doc["hosts"]["h3"]["role"] = "ps"
+    missing = parse(doc).missing_hotagg_keys()
+    assert missing is not None and "switch s2" in missing and "PS=h3" in missing
+
+
+# ---- generated topologies ----
+
+
+@pytest.mark.parametrize(("spec", "workers", "servers"), [("star:4", 4, 1), ("star:32:2", 32, 2)])
+def test_generated_star(spec: str, workers: int, servers: int) -> None:
+    topo = load_topology(spec)
+    assert topo.source == spec and topo.notices == ()
+    assert [h.name for h in topo.workers] == [f"h{i}" for i in range(1, workers + 1)]
+    assert len(topo.parameter_servers) == servers
+    assert list(topo.switches) == ["s1"] and topo.switches["s1"].aggregate
+    assert topo.missing_hotagg_keys() is None
+    assert {link.bandwidth for link in topo.links} == {10.0}
+    assert sorted(topo.attachment(h)[1] for h in topo.hosts) == list(
+        range(1, workers + servers + 1)
+    )
+
+
+def test_generated_star_matches_the_shipped_file() -> None:
+    """star:4 is star.json: the same hosts, switch and links (the comment aside)."""
+    shipped, generated = load_topology(TOPOLOGIES / "star.json"), load_topology("star:4")
+    assert shipped.hosts == generated.hosts
+    assert shipped.switches == generated.switches
+    assert shipped.links == generated.links
+
+
+def test_generated_leafspine_routes_reach_every_host() -> None:
+    from controller.forwarding import compute_routes
+
+    topo = load_topology("leafspine:3:4")
+    assert list(topo.switches) == ["s1", "s2", "s3", "s4"]
+    [ps] = topo.parameter_servers
+    assert topo.attachment(ps.name) == ("s1", 4)
+    assert len(topo.workers) == 11 and topo.switches["s1"].aggregate
+    for switch in topo.switches:
+        routes = compute_routes(topo, switch)
+        assert len(routes) == len(topo.hosts)
+    # From leaf s2, a host on s3 is two hops away, through the spine s4 (port 5 of s2).
+    by_ip = {str(r).split("/")[0]: r for r in compute_routes(topo, "s2")}
+    assert by_ip["10.0.3.1"].port == 5 and by_ip["10.0.2.1"].port == 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("star:0", "1..64"),
+        ("star:65", "1..64"),
+        ("star:4:0", "parameter servers"),
+        ("leafspine:2", "needs both L and H"),
+        ("leafspine:1:1", "at least two hosts"),
+        ("leafspine:9:9", "80 workers"),
+        ("ring:4", "not a topology"),
+    ],
+)
+def test_bad_specs_say_why(spec: str, message: str) -> None:
+    with pytest.raises(TopologyFileError, match=message):
+        load_topology(spec)
+
+
+def test_controller_and_experiment_read_files_alike(tmp_path: Path) -> None:
+    """One reader: a file the experiment rejects is rejected by the controller too."""
+    from controller.forwarding import TopologyError, load_routes_topology
+
+    doc = copy.deepcopy(TUTORIAL)
+    doc["links"].append(["h1", "s2-p9"])  # a second link for h1
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TopologyFileError, match="second link"):
+        load_topology(path)
+    with pytest.raises(TopologyError, match="second link"):
+        load_routes_topology(path)

@@ -21,6 +21,14 @@ hotagg's extensions (all optional):
   "cpu_port" (default 255).
 - "comment" keys are ignored everywhere (JSON has no comments).
 
+What the tutorials' own files carry is accepted: /31 host addresses, "cpu_port" as a string,
+and the switch keys "runtime_json", "program", "cli_input" and "priority_queues", which are
+ignored (hotagg's controller programs the switches) with one notice. Notices (also: links
+without a bandwidth) are collected in Topology.notices for the caller to print.
+
+Instead of a file, `load_topology` takes a generator spec (`star:N`, `star:N:S`,
+`leafspine:L:H`, topologies/generate.py).
+
 Everything here is pure: no root, no network. Errors are TopologyFileError with the file and
 the offending item in the message.
 """
@@ -54,6 +62,7 @@ _SWITCH_KEYS = {
     "aggregate", "service_ip", "service_mac", "mac", "comment",
 }  # fmt: skip
 _LINK_KEYS = {"node1", "node2", "latency", "bandwidth", "loss", "comment"}
+_IGNORED_SWITCH_KEYS = ("runtime_json", "program", "cli_input", "priority_queues")
 
 
 class TopologyFileError(ValueError):
@@ -86,6 +95,9 @@ class Switch:
     service_ip: str | None = None
     service_mac: str | None = None
     mac: str | None = None
+    # The MAC other switches address this one by (next-hop rewrites): "mac", else the
+    # tutorials' 08:00:00:00:NN:00 with NN the number in the name.
+    router_mac: str = ""
 
     @property
     def device_id(self) -> int:
@@ -130,6 +142,17 @@ class Topology:
     links: tuple[Link, ...]
     source: str = "<memory>"
     _attach: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False, compare=False)
+    # What the reader accepted but the user should know (ignored keys).
+    ignored_keys_notices: tuple[str, ...] = ()
+
+    @property
+    def notices(self) -> tuple[str, ...]:
+        """Lines to show the user once: ignored keys, and links without a bandwidth."""
+        unshaped = sum(link.bandwidth is None for link in self.links)
+        if not unshaped:
+            return self.ignored_keys_notices
+        warning = UNLIMITED_LINKS.format(source=self.source, n=unshaped, total=len(self.links))
+        return (*self.ignored_keys_notices, warning)
 
     def attachment(self, host: str) -> tuple[str, int]:
         """(switch, port) the host is cabled to."""
@@ -162,6 +185,65 @@ class Topology:
         links = tuple(dataclasses.replace(link, bandwidth=mbps) for link in self.links)
         return dataclasses.replace(self, links=links)
 
+    def with_parameter_servers(self, names: list[str]) -> Topology:
+        """The same topology with `names` as its parameter servers (every other host a
+        worker) and the switch they hang off aggregating: the `PS=h4` option, for files
+        without hotagg's keys. That switch keeps its service address, or gets .254 of the
+        first server's subnet."""
+        for name in names:
+            self.attachment(name)  # KeyError naming the hosts there are
+        switches = {self.attachment(n)[0] for n in names}
+        if len(switches) != 1:
+            raise TopologyFileError(
+                f"{self.source}: parameter servers {names} hang off switches {sorted(switches)};"
+                " they must share one (it aggregates)"
+            )
+        sw = self.switches[switches.pop()]
+        service_ip = sw.service_ip
+        if service_ip is None:
+            first = self.hosts[names[0]]
+            net = ipaddress.IPv4Interface(first.cidr).network
+            taken = {h.ip for h in self.hosts.values()}
+            free = [str(a) for a in reversed(list(net.hosts())) if str(a) not in taken]
+            if not free:
+                raise TopologyFileError(f"{self.source}: no free address in {net} for the switch")
+            service_ip = free[0]
+        hosts = {
+            n: dataclasses.replace(h, role="ps" if n in names else "worker")
+            for n, h in self.hosts.items()
+        }
+        switches_new = {
+            n: dataclasses.replace(
+                s,
+                aggregate=n == sw.name,
+                service_ip=service_ip if n == sw.name else s.service_ip,
+                service_mac=(s.service_mac or _default_service_mac(s.index))
+                if n == sw.name
+                else s.service_mac,
+            )
+            for n, s in self.switches.items()
+        }
+        return dataclasses.replace(self, hosts=hosts, switches=switches_new)
+
+    def missing_hotagg_keys(self) -> str | None:
+        """What a file (e.g. one of the P4 tutorials') lacks for an experiment, as one
+        sentence naming the keys to add; None when nothing is missing."""
+        if not self.parameter_servers:
+            return (
+                f'{self.source} has no parameter server: add "role": "ps" to one host '
+                '(and "aggregate": true plus "service_ip" to the switch it hangs off), or '
+                "name it with PS=<host> (python -m experiment run --ps <host>)"
+            )
+        for ps in self.parameter_servers:
+            sw = self.switches[self.attachment(ps.name)[0]]
+            if not sw.aggregate:
+                return (
+                    f"{self.source}: switch {sw.name}, which PS {ps.name} hangs off, does not "
+                    'aggregate: add "aggregate": true and "service_ip" (an unused address '
+                    f"of {ps.name}'s subnet) to it, or run with PS={ps.name}"
+                )
+        return None
+
     def service_addresses(self) -> dict[str, str]:
         """service IP -> service MAC of every switch that has one (hosts get static ARP)."""
         return {
@@ -186,7 +268,14 @@ def _seconds(tc_time: str) -> float:
 
 
 def load_topology(path: str | Path) -> Topology:
-    """Read and validate a topology file."""
+    """Read and validate a topology file, or build a generator spec (star:N, ...)."""
+    from topologies.generate import TopologySpecError, generate, is_spec
+
+    if is_spec(str(path)) and not Path(path).exists():
+        try:
+            return parse_topology(generate(str(path)), source=str(path))
+        except TopologySpecError as e:
+            raise TopologyFileError(str(e)) from None
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -217,10 +306,20 @@ def parse_topology(data: Any, source: str = "<memory>") -> Topology:
         raise fail("there must be at least one switch")
 
     hosts = {name: _parse_host(name, spec, fail) for name, spec in data["hosts"].items()}
+    by_name = sorted(data["switches"])  # the tutorials' MAC numbering falls back to this order
     switches = {
-        name: _parse_switch(name, i, spec, fail)
+        name: _parse_switch(name, i, by_name.index(name), spec, fail)
         for i, (name, spec) in enumerate(data["switches"].items())
     }
+    notices = []
+    ignored = sorted(
+        {k for spec in data["switches"].values() if spec for k in spec} & set(_IGNORED_SWITCH_KEYS)
+    )
+    if ignored:
+        notices.append(
+            f"{source}: ignoring the switch keys {ignored} (hotagg's controller programs "
+            "the switches itself)"
+        )
     clash = hosts.keys() & switches.keys()
     if clash:
         raise fail(f"{sorted(clash)} name both a host and a switch")
@@ -256,7 +355,16 @@ def parse_topology(data: Any, source: str = "<memory>") -> Topology:
     for sw in switches.values():
         if any(port == sw.cpu_port for (name, port) in used if name == sw.name):
             raise fail(f"switch {sw.name}: port {sw.cpu_port} is its CPU port, not a link port")
-    return Topology(hosts, switches, links, source, attach)
+    return Topology(hosts, switches, links, source, attach, tuple(notices))
+
+
+# Why an unlimited link matters: with nothing to queue at, the PS link is never the
+# bottleneck and the machine's CPU is (README, "Why the links are 10 Mbit/s").
+UNLIMITED_LINKS = (
+    "{source}: {n} of {total} links have no bandwidth, so they are unlimited and the run "
+    "measures this machine's CPU rather than the network (offload measured 0.59x on the "
+    "tutorials' pod topology that way); give links a bandwidth or set BW="
+)
 
 
 def _check_keys(obj: Mapping, allowed: set[str], where: str, fail: Fail) -> None:
@@ -309,7 +417,8 @@ def _parse_host(name: str, spec: Any, fail: Fail) -> Host:
     if not isinstance(spec["ip"], str) or "/" not in spec["ip"]:
         raise fail(f"host {name}: 'ip' must carry a prefix length, like 10.0.1.1/24")
     iface = _parse_ipv4(spec["ip"], f"host {name}", fail)
-    if iface.network.prefixlen < 32 and iface.ip in (
+    # /31 (RFC 3021, used by some tutorials) and /32 have no network or broadcast address.
+    if iface.network.prefixlen < 31 and iface.ip in (
         iface.network.network_address,
         iface.network.broadcast_address,
     ):
@@ -330,13 +439,25 @@ def _parse_host(name: str, spec: Any, fail: Fail) -> Host:
     )
 
 
-def _parse_switch(name: str, index: int, spec: Any, fail: Fail) -> Switch:
+def _default_service_mac(index: int) -> str:
+    return f"02:00:00:00:{index + 1 & 0xFF:02x}:fe"
+
+
+def _tutorial_mac(name: str, sorted_index: int) -> str:
+    digits = re.search(r"(\d+)$", name)
+    n = int(digits.group(1)) if digits else sorted_index + 1
+    return f"08:00:00:00:{n & 0xFF:02x}:00"
+
+
+def _parse_switch(name: str, index: int, sorted_index: int, spec: Any, fail: Fail) -> Switch:
     _check_name(name, "switch", fail)
     spec = {} if spec is None else spec
     if not isinstance(spec, Mapping):
         raise fail(f"switch {name}: must be an object")
     _check_keys(spec, _SWITCH_KEYS, f"switch {name}", fail)
     cpu_port = spec.get("cpu_port", CPU_PORT)
+    if isinstance(cpu_port, str) and cpu_port.isdigit():  # the tutorials write "cpu_port": "255"
+        cpu_port = int(cpu_port)
     if type(cpu_port) is not int or not 1 <= cpu_port <= MAX_PORT:
         raise fail(f"switch {name}: cpu_port {cpu_port!r} must be an integer in 1..{MAX_PORT}")
     aggregate = spec.get("aggregate", False)
@@ -348,9 +469,8 @@ def _parse_switch(name: str, index: int, spec: Any, fail: Fail) -> Switch:
         if iface.network.prefixlen != 32:
             raise fail(f"switch {name}: service_ip is one address, without a prefix length")
         service_ip = str(iface.ip)
-        default_mac = f"02:00:00:00:{index + 1 & 0xFF:02x}:fe"
         service_mac = _parse_mac(
-            spec.get("service_mac", default_mac), f"switch {name} service_mac", fail
+            spec.get("service_mac", _default_service_mac(index)), f"switch {name} service_mac", fail
         )
     elif "service_mac" in spec:
         raise fail(f"switch {name}: 'service_mac' without 'service_ip'")
@@ -360,7 +480,8 @@ def _parse_switch(name: str, index: int, spec: Any, fail: Fail) -> Switch:
             "(the address its PS sends COLLECT/WRITEBACK to)"
         )
     mac = _parse_mac(spec["mac"], f"switch {name} mac", fail) if "mac" in spec else None
-    return Switch(name, index, cpu_port, aggregate, service_ip, service_mac, mac)
+    router_mac = mac or _tutorial_mac(name, sorted_index)
+    return Switch(name, index, cpu_port, aggregate, service_ip, service_mac, mac, router_mac)
 
 
 def _parse_latency(value: Any, where: str, fail: Fail) -> str:
