@@ -22,6 +22,7 @@ SEED ?= 1
 WORKLOAD ?= zipf
 BW ?=
 PS ?=
+TRACE ?=
 KEEP ?=
 # BMv2's switch binary for TARGET=bmv2, e.g. simple_switch_grpc-perf (BMv2's performance build).
 BMV2_BINARY ?= simple_switch_grpc
@@ -76,6 +77,7 @@ run: $(STAMP)
 	$(PY) -m experiment run --target $(TARGET) --topo $(TOPO) --workers $(WORKERS) \
 	    --iterations $(ITERATIONS) --skew $(SKEW) --keys $(KEYS) --hot-slots $(HOT_SLOTS) \
 	    --loss $(LOSS) --seed $(SEED) --workload $(WORKLOAD) $(if $(BW),--bw $(BW)) $(if $(PS),--ps $(PS)) \
+	    $(if $(TRACE),--workload trace --trace $(TRACE)) \
 	    $(if $(KEEP),--keep)
 
 bench: $(STAMP)

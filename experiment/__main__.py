@@ -10,13 +10,20 @@ prerequisites, 3 the run failed (the message says where; logs are in runs/<id>/)
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import signal
 import sys
 from pathlib import Path
 
-from experiment.runner import Experiment, ExperimentError, PreflightError, RunConfig, say
+from experiment.runner import (
+    Experiment,
+    ExperimentError,
+    PreflightError,
+    RunConfig,
+    measured_stream_offset,
+    say,
+)
+from hosts.stats import dumps_strict
 
 WARMUP_STREAM_OFFSET = 1_000_000  # far beyond any measured iteration
 
@@ -29,7 +36,12 @@ def positive(text: str) -> int:
 
 
 def nonnegative(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):  # float() reads "nan" and "inf"; no Zipf exponent is either
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text} is negative")
     return value
@@ -141,7 +153,7 @@ def run(cfg: RunConfig) -> int:
     # what the links really are (the topology's, or BW's): it decides the regime (README)
     rates = sorted({link.bandwidth or 0.0 for link in exp.topology.links})
     config["link_bandwidth_mbps"] = [r or None for r in rates]
-    (run_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (run_dir / "config.json").write_text(dumps_strict(config, indent=2) + "\n")
     links = ", ".join("unlimited" if not r else f"{r:g} Mbit/s" for r in rates)
     say(
         f"run {run_dir.name}: {cfg.workers} workers, {cfg.iterations} iterations, "
@@ -153,8 +165,9 @@ def run(cfg: RunConfig) -> int:
         exp.configure(hot_keys=None)
         # Same workload and seed, read further on: the warm-up learns which keys are popular
         # without seeing the iterations it is then measured on (a trace is profiled from its
-        # start, as a running system could).
+        # start, as a running system could, and measured after that).
         offset = 0 if cfg.workload == "trace" else WARMUP_STREAM_OFFSET
+        measured = measured_stream_offset(cfg)
         phases["warmup"] = exp.run_phase("warmup", cfg.warmup, False, stream_offset=offset)
         freqs: dict[int, int] = {}
         for f in sorted(phases["warmup"].dir.glob("freq*.csv")):
@@ -171,9 +184,13 @@ def run(cfg: RunConfig) -> int:
                 "offload phase runs with no hot keys; try a higher SKEW or a longer warm-up"
             )
         exp.configure(hot_keys=None)
-        phases["server"] = exp.run_phase("server", cfg.iterations, collect=False)
+        phases["server"] = exp.run_phase(
+            "server", cfg.iterations, collect=False, stream_offset=measured
+        )
         exp.configure(hot_keys=hot.keys)
-        phases["offload"] = exp.run_phase("offload", cfg.iterations, collect=True)
+        phases["offload"] = exp.run_phase(
+            "offload", cfg.iterations, collect=True, stream_offset=measured
+        )
         agg = [n for n, s in exp.topology.switches.items() if s.aggregate]
         hot_info = {
             "keys": len(hot.keys),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -223,7 +222,7 @@ def build(
         round(o["updates_in_switch"] / o["updates_total"], 4) if o["updates_total"] else None
     )
     write_latency_csv(run_dir / "latency.csv", phases, workers)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (run_dir / "summary.json").write_text(stats.dumps_strict(summary, indent=2) + "\n")
     from experiment.plots import make_plots
 
     make_plots(run_dir, summary, phases, workers)

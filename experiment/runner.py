@@ -64,6 +64,18 @@ class RunConfig:
         return d
 
 
+def trace_path(cfg: RunConfig) -> str | None:
+    """The --trace of the workload arguments, if any."""
+    args = cfg.extra_workload_args
+    return args[args.index("--trace") + 1] if "--trace" in args else None
+
+
+def measured_stream_offset(cfg: RunConfig) -> int:
+    """Where the measured phases read the workload: a trace after the iterations the warm-up
+    profiled; a generated workload from its start (its warm-up reads far further on)."""
+    return cfg.warmup if cfg.workload == "trace" else 0
+
+
 @dataclass
 class PhaseResult:
     name: str
@@ -117,6 +129,7 @@ class Experiment:
             raise PreflightError(missing)
         for notice in self.topology.notices:
             say(f"note: {notice}")
+        self._check_trace()
         workers = self.topology.workers
         if not 1 <= self.cfg.workers <= len(workers):
             raise PreflightError(
@@ -130,6 +143,36 @@ class Experiment:
             raise PreflightError(
                 f"{self.cfg.topo} marks {len(aggregating)} switches 'aggregate'; the experiment "
                 "needs exactly one, the switch the parameter servers hang off"
+            )
+
+    def _check_trace(self) -> None:
+        """A trace run needs its file, and enough iterations for the warm-up followed by the
+        measured iterations (the warm-up reads the trace's first WARMUP iterations, the
+        measured phases the ones after them): found now, before anything is started."""
+        cfg = self.cfg
+        trace = trace_path(cfg)
+        if cfg.workload != "trace":
+            if trace is not None:
+                raise PreflightError("TRACE= is for WORKLOAD=trace")
+            return
+        if trace is None:
+            raise PreflightError("WORKLOAD=trace needs TRACE=<file> (format: hosts/workloads.py)")
+        from hosts.workloads import TraceWorkload, WorkloadError
+
+        try:
+            workload = TraceWorkload.from_csv(trace, cfg.keys, cfg.seed)
+        except WorkloadError as e:
+            raise PreflightError(f"TRACE={trace}: {e}") from None
+        if workload.iterations < cfg.warmup + cfg.iterations:
+            raise PreflightError(
+                f"TRACE={trace} has {workload.iterations} iterations; the warm-up ({cfg.warmup})"
+                f" and ITERATIONS={cfg.iterations} need {cfg.warmup + cfg.iterations}, since "
+                "the hot set is learnt from iterations that are then not measured"
+            )
+        if workload.workers > cfg.workers:
+            say(
+                f"note: TRACE={trace} has {workload.workers} workers; "
+                f"only the first WORKERS={cfg.workers} run"
             )
 
     def make_run_dir(self) -> Path:

@@ -37,6 +37,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,10 +149,26 @@ def load_params(paths: Sequence[str | Path]) -> np.ndarray:
     return np.sum(arrays, axis=0, dtype=np.int64)
 
 
+def finite(data: Any) -> Any:
+    """`data` with every NaN or infinity replaced by None, so that it is strict JSON (which
+    has neither; Python's json would write NaN, which other readers refuse)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite(v) for v in data]
+    return data
+
+
+def dumps_strict(data: Any, **kwargs: Any) -> str:
+    """json.dumps of `data` as strict JSON (see finite)."""
+    return json.dumps(finite(data), allow_nan=False, **kwargs)
+
+
 def write_json(path: str | Path, data: dict[str, Any]) -> None:
     with open(path, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
+        f.write(dumps_strict(data, indent=2, sort_keys=True) + "\n")
 
 
 def load_hot_keys(path: str | Path) -> dict[int, int | None]:

@@ -130,8 +130,7 @@ class _Request:
     keys: tuple[int, ...] = ()
     index: np.ndarray | None = None  # pull: positions of `keys` in the pulled array
     hot: int = 0
-    sent: float = 0.0
-    start: float = 0.0
+    start: float = 0.0  # perf_counter of the first transmission, stamped at its send
     due: float = 0.0
     tries: int = 0
     last: float = 0.0  # perf_counter of the latest transmission
@@ -165,6 +164,9 @@ class Worker:
         self._rtt_done = RttEstimator(config.rto, config.rto_max)  # DONE to DONE_ACK
         self._iteration = 0
         self._loss_seen = 0  # the latest iteration in which a request was resent
+        # latency.csv's sent/reply columns: perf_counter moved onto the wall clock once, so
+        # reply - sent is exactly the latency and both stay comparable with the PS's times.
+        self._wall_offset = time.time() - time.perf_counter()
         self._unlogged: Callable[[], None] | None = None  # the last iteration's log row
         # (reply op, seq) of answered requests that had been resent -> (round trip of the
         # original, its estimator), kept until a second reply shows the resend was spurious
@@ -195,7 +197,7 @@ class Worker:
             # from one barrier to the next.
             nxt = self._prepare_pull(1)
             for t in range(1, cfg.iterations + 1):
-                t_wall, t0 = time.time(), time.perf_counter()
+                t0 = time.perf_counter()
                 self._iteration = t
                 keys, reqs = nxt
                 pulled = self._pull(t, reqs, len(keys), self._flush_log)
@@ -205,8 +207,9 @@ class Worker:
                 nxt = self._done(t, prepare)
                 elapsed = time.perf_counter() - t0
                 losses.append(step.loss)
+                t_wall = t0 + self._wall_offset
                 self._unlogged = partial(
-                    self._log_iteration, t, len(step.keys), t_wall, time.time(), elapsed, step.loss
+                    self._log_iteration, t, len(step.keys), t_wall, elapsed, step.loss
                 )
             self._flush_log()
             result = WorkerResult(
@@ -231,8 +234,9 @@ class Worker:
             write()
 
     def _log_iteration(
-        self, t: int, n: int, sent: float, reply: float, elapsed: float, loss: float | None
+        self, t: int, n: int, sent: float, elapsed: float, loss: float | None
     ) -> None:
+        reply = sent + elapsed
         self._log.write(
             (
                 "iteration",
@@ -381,11 +385,14 @@ class Worker:
             now = time.perf_counter()
             while pending and (not inflight or pending[0].id < next(iter(inflight)) + cfg.window):
                 r = pending.popleft()
+                # Stamped at each send, not once per burst: a burst's later requests would
+                # otherwise carry the time before the earlier ones' sends in their latency.
+                sent_at = time.perf_counter()
                 self._send(r.data, r.shard)
                 if kind == "done" and self._loss_seen and t - self._loss_seen <= 2:
                     self._send(r.data, r.shard)  # packets are being lost: a copy saves a timeout
                     self.counters["done_copies"] += 1
-                r.sent, r.start, r.last, r.due = time.time(), now, now, now + rtt.timeout()
+                r.start, r.last, r.due = sent_at, sent_at, sent_at + rtt.timeout()
                 inflight[r.id] = r
                 self.counters[f"{kind}_sent"] += 1
             if idle is not None:
@@ -424,8 +431,8 @@ class Worker:
                         r.shard,
                         len(r.keys),
                         r.hot,
-                        f"{r.sent:.6f}",
-                        f"{time.time():.6f}",
+                        f"{r.start + self._wall_offset:.6f}",
+                        f"{done + self._wall_offset:.6f}",
                         f"{(done - r.start) * 1e6:.1f}",
                         r.tries,
                         int(bool(m.flags & FLAG_FROM_SWITCH)),

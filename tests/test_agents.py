@@ -182,6 +182,15 @@ def test_server_only_equals_numpy(kind, tmp_path) -> None:
         w_log[0].startswith("kind,iteration,seq")
         and sum(x.startswith("iteration,") for x in w_log) == 4
     )
+    # One clock: every row's reply - sent is its latency (to the log's rounding), and the
+    # requests of one burst carry their own send times, not one stamp for the burst.
+    with open(tmp_path / "w0.csv") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        span_us = (float(row["reply"]) - float(row["sent"])) * 1e6
+        assert abs(span_us - float(row["latency_us"])) < 5, row
+    sends = [float(r["sent"]) for r in rows if r["kind"] in ("push", "pull")]
+    assert len(sends) > 4 and len(set(sends)) == len(sends)
 
 
 def test_sharded_logistic_regression_same_loss_curve(tmp_path) -> None:

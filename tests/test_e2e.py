@@ -160,6 +160,13 @@ def test_bad_options_fail_with_a_clear_message(tmp_path):
         assert proc.returncode == 2 and "99 workers; the switch takes 1..64" in proc.stderr
         proc = run_cli("--ps", "h9", "--runs-dir", str(tmp_path))
         assert proc.returncode == 2 and "PS=h9: no host 'h9'" in proc.stderr
+        proc = run_cli("--workload", "trace", "--runs-dir", str(tmp_path))
+        assert proc.returncode == 2 and "WORKLOAD=trace needs TRACE=" in proc.stderr
+        trace = tmp_path / "short.csv"
+        trace.write_text("".join(f"{t},0,{t}\n" for t in range(1, 11)))
+        proc = run_cli("--workload", "trace", "--trace", str(trace), "--runs-dir", str(tmp_path))
+        assert proc.returncode == 2 and "has 10 iterations" in proc.stderr
+        assert not list(tmp_path.glob("*-seed*"))  # refused before a run directory was made
 
 
 def test_a_second_aggregating_switch_is_refused(tmp_path):
