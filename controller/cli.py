@@ -26,6 +26,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from contract.constants import KEY_MAX
 from controller import commands
 from controller.errors import (
     AlreadyExists,
@@ -42,7 +43,6 @@ from controller.errors import (
     TableFull,
     UnknownJob,
 )
-from hosts.protocol import KEY_MAX
 
 DEFAULT_P4INFO = Path(__file__).resolve().parent.parent / "p4src" / "hotagg.p4info.txtpb"
 

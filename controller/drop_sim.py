@@ -7,10 +7,10 @@ missing.
 
 from __future__ import annotations
 
+from contract.constants import DROP_SCALE
 from controller.client import SwitchClient
 from controller.errors import BadInput
 from controller.p4info import P4Info
-from hosts.protocol import DROP_SCALE
 
 TABLE = "HotaggIngress.drop_sim"
 SET_DROP_RATE = "HotaggIngress.set_drop_rate"

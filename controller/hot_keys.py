@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from contract.constants import KEY_MAX, MAX_ENTRIES
 from controller.client import SwitchClient
 from controller.errors import BadInput, BudgetExceeded, NotFound, WriteError
 from controller.jobs import Job
 from controller.p4info import P4Info
-from hosts.protocol import KEY_MAX, MAX_ENTRIES
 
 INSTANCES = MAX_ENTRIES
 

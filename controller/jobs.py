@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from contract.constants import MAX_JOBS, NUM_SLOTS
 from controller.client import SwitchClient
 from controller.errors import AlreadyExists, BadInput, BudgetExceeded, UnknownJob
 from controller.p4info import P4Info
-from hosts.protocol import MAX_JOBS, NUM_SLOTS
 
 TABLE = "HotaggIngress.jobs"
 SET_JOB = "HotaggIngress.set_job"

@@ -1,4 +1,4 @@
-"""Switch statistics (counter HotaggIngress.stats, one cell per hosts.protocol.Stat) and the
+"""Switch statistics (counter HotaggIngress.stats, one cell per contract.constants.Stat) and the
 hot-key tables' direct counters (HotaggIngress.lookupN.hits)."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from p4.v1 import p4runtime_pb2
 
+from contract.constants import Stat
 from controller.client import SwitchClient
 from controller.hot_keys import INSTANCES, table
 from controller.p4info import P4Info
-from hosts.protocol import Stat
 
 COUNTER = "HotaggIngress.stats"
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hosts.protocol import HOTAGG_PORT, Stat
+from contract.constants import HOTAGG_PORT, Stat
 from hosts.stats import write_hot_keys
 from topologies.switches import REPO_ROOT
 

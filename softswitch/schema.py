@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from p4.config.v1 import p4info_pb2
 
-from hosts.protocol import (
+from contract.constants import (
     DEDUP_SIZE,
     HOT_KEYS_SIZE,
     IPV4_LPM_SIZE,

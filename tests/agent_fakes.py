@@ -16,8 +16,8 @@ import threading
 import time
 from collections import Counter
 
-from hosts.codec import CodecError, decode, decode_frame, encode, encode_frame
-from hosts.protocol import (
+from contract.codec import CodecError, decode, decode_frame, encode, encode_frame
+from contract.constants import (
     DEDUP_WINDOW,
     FLAG_FROM_SWITCH,
     FLAG_INVALIDATE,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hosts.protocol import CPU_PORT, Stat
+from contract.constants import CPU_PORT, Stat
 from tests.packet_harness import N_PORTS, Ports, host_ip, host_mac, unique_prefix
 from topologies.netns import VethNet
 from topologies.switches import REPO_ROOT, SwitchProcess, SwitchStartError, bmv2_missing

@@ -15,6 +15,8 @@ from p4.v1 import p4runtime_pb2
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from contract.constants import CPU_PORT, HOT_KEYS_SIZE, HOTAGG_PORT, MAX_JOBS, Op
+from contract.layers import Entry, Hotagg
 from controller import wire
 from controller.client import SwitchClient
 from controller.drop_sim import DropSim, rate_of
@@ -37,7 +39,6 @@ from controller.hot_keys import INSTANCES, HotKeys, set_slot, table
 from controller.jobs import Jobs
 from controller.p4info import P4Info
 from controller.stats import Stats
-from hosts.protocol import CPU_PORT, HOT_KEYS_SIZE, HOTAGG_PORT, MAX_JOBS, Entry, Hotagg, Op
 from softswitch.p4rt import P4RuntimeServer
 from softswitch.pipeline import Pipeline
 from softswitch.state import Table

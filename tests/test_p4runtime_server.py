@@ -17,7 +17,8 @@ from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeWriteException
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from hosts.protocol import HOTAGG_PORT, Entry, Hotagg, Op, Stat
+from contract.constants import HOTAGG_PORT, Op, Stat
+from contract.layers import Entry, Hotagg
 from softswitch import schema
 from softswitch.p4rt import P4RuntimeServer
 from softswitch.p4rt.errors import STATUS_DETAILS_KEY

@@ -14,7 +14,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.utils import checksum
 
-from hosts.protocol import (
+from contract.constants import (
     CPU_PORT,
     FLAG_FROM_SWITCH,
     FLAG_INVALIDATE,
@@ -23,11 +23,10 @@ from hosts.protocol import (
     INT32_MAX,
     INT32_MIN,
     NUM_SLOTS,
-    Entry,
-    Hotagg,
     Op,
     Stat,
 )
+from contract.layers import Entry, Hotagg
 from softswitch.pipeline import Pipeline
 
 P = "HotaggIngress."

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hosts.protocol import CPU_PORT, Stat
+from contract.constants import CPU_PORT, Stat
 from softswitch.pipeline.parser import (
     DROP_PORT,
     ETH_DST,

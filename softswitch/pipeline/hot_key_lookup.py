@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hosts.protocol import MAX_ENTRIES, NUM_SLOTS, Stat
+from contract.constants import MAX_ENTRIES, NUM_SLOTS, Stat
 
 if TYPE_CHECKING:
     from softswitch.pipeline import Pipeline
