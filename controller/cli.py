@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from contract.constants import KEY_MAX
+from contract.p4files import P4INFO_PATH
 from controller import commands
 from controller.errors import (
     AlreadyExists,
@@ -44,7 +45,7 @@ from controller.errors import (
     UnknownJob,
 )
 
-DEFAULT_P4INFO = Path(__file__).resolve().parent.parent / "p4src" / "hotagg.p4info.txtpb"
+DEFAULT_P4INFO = P4INFO_PATH
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_CODES: tuple[tuple[tuple[type[Exception], ...], int], ...] = (

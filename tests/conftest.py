@@ -18,11 +18,11 @@ import pytest
 
 from contract.constants import CPU_PORT, MAX_ENTRIES, Stat
 from contract.names import hot_keys_table, set_slot_action
+from contract.p4files import P4INFO_PATH
 from tests.packet_harness import N_PORTS, Ports, host_ip, host_mac, unique_prefix
 from topologies.netns import VethNet
 from topologies.switches import REPO_ROOT, SwitchProcess, SwitchStartError, bmv2_missing
 
-P4INFO_PATH = REPO_ROOT / "p4src" / "hotagg.p4info.txtpb"
 BMV2_JSON = REPO_ROOT / "build" / "hotagg.json"
 TEST_JOBS = {1: 64, 2: 64}  # job id -> slot count
 

@@ -19,6 +19,7 @@ from scapy.layers.l2 import Ether
 
 from contract.constants import HOTAGG_PORT, Op, Stat
 from contract.layers import Entry, Hotagg
+from contract.names import hot_keys_table, miss_action, set_slot_action
 from softswitch import schema
 from softswitch.p4rt import P4RuntimeServer
 from softswitch.p4rt.errors import STATUS_DETAILS_KEY
@@ -28,7 +29,7 @@ from softswitch.runtime import InlineDataplane
 
 P4INFO_FILE = Path(__file__).resolve().parent.parent / "p4src" / "hotagg.p4info.txtpb"
 P = "HotaggIngress."
-HOT0 = f"{P}lookup0.hot_keys"
+HOT0 = hot_keys_table(0)
 Update = p4runtime_pb2.Update
 SetReq = p4runtime_pb2.SetForwardingPipelineConfigRequest
 GetReq = p4runtime_pb2.GetForwardingPipelineConfigRequest
@@ -421,7 +422,7 @@ def test_hot_keys_insert_read_modify_delete(ready):
     by_id = {m.field_id: m.exact.value for m in te.match}
     assert by_id[ids.field(HOT0, "job_id")] == b"\x01"  # canonical: leading zeros stripped
     assert by_id[ids.field(HOT0, "key")] == key.to_bytes(8, "big")
-    assert te.action.action.action_id == ids.action(f"{P}lookup0.set_slot")
+    assert te.action.action.action_id == ids.action(set_slot_action(0))
     assert te.action.action.params[0].value == b"\x07"
     assert sw.pipeline.tables[HOT0].get((1, key)).params == (7,)
     write_batch(sw, [(Update.MODIFY, hot_entry(ids, 1, key, 0x1234))])
@@ -433,9 +434,9 @@ def test_hot_keys_insert_read_modify_delete(ready):
         read(sw, hot_entry(ids, 1, key, None))
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
     # every table at once (table_id 0): the one entry of another table shows up
-    write_batch(sw, [(Update.INSERT, hot_entry(ids, 2, 9, 1, table=f"{P}lookup3.hot_keys"))])
+    write_batch(sw, [(Update.INSERT, hot_entry(ids, 2, 9, 1, table=hot_keys_table(3)))])
     (ent,) = read(sw, p4runtime_pb2.TableEntry())
-    assert ent.table_entry.table_id == ids.table(f"{P}lookup3.hot_keys")
+    assert ent.table_entry.table_id == ids.table(hot_keys_table(3))
 
 
 def test_ipv4_lpm_entries_and_bad_values(ready):
@@ -469,9 +470,9 @@ def test_batch_reports_every_update(ready):
     sw, ids = ready, ready.ids
     miss = hot_entry(ids, 1, 5, None)
     a = miss.action.action
-    a.action_id = ids.action(f"{P}lookup0.miss")  # default-only action in an entry
+    a.action_id = ids.action(miss_action(0))  # default-only action in an entry
     foreign = hot_entry(ids, 1, 6, 1)
-    foreign.action.action.action_id = ids.action(f"{P}lookup1.set_slot")  # other table's
+    foreign.action.action.action_id = ids.action(set_slot_action(1))  # other table's
     wide = hot_entry(ids, 1, 7, 1)
     wide.match[0].exact.value = b"\x01\x00\x00"  # job_id 65536 in a 16-bit field
     updates = [
@@ -770,10 +771,10 @@ def serialized(entities) -> bytes:
 def test_read_bytes_equal_protobuf_serialization(ready):
     sw, ids = ready, ready.ids
     pl = sw.pipeline
-    hot0, hot3 = pl.tables[HOT0], pl.tables[f"{P}lookup3.hot_keys"]
+    hot0, hot3 = pl.tables[HOT0], pl.tables[hot_keys_table(3)]
     for job, key, off in ((0, 0, 0), (0xFFFF, 2**64 - 1, 2**32 - 1), (1, 200, 300)):
-        hot0.insert((job, key), f"{P}lookup0.set_slot", (off,))
-    hot3.insert((9, 1 << 40), f"{P}lookup3.set_slot", (127,))
+        hot0.insert((job, key), set_slot_action(0), (off,))
+    hot3.insert((9, 1 << 40), set_slot_action(3), (127,))
     hot0.set_direct_counter((1, 200), 2**63 - 1, 129)
     hot3.set_direct_counter((9, 1 << 40), 5, 0)
     lpm = pl.tables[f"{P}ipv4_lpm"]
