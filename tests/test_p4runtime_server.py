@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import queue
 import threading
-from pathlib import Path
 
 import grpc
 import pytest
@@ -20,6 +19,7 @@ from scapy.layers.l2 import Ether
 from contract.constants import HOTAGG_PORT, Op, Stat
 from contract.layers import Entry, Hotagg
 from contract.names import hot_keys_table, miss_action, set_slot_action
+from contract.p4files import P4INFO_PATH
 from softswitch import schema
 from softswitch.p4rt import P4RuntimeServer
 from softswitch.p4rt.errors import STATUS_DETAILS_KEY
@@ -27,7 +27,6 @@ from softswitch.p4rt.wire import READ_CHUNK, READ_CHUNK_BYTES
 from softswitch.pipeline import Pipeline
 from softswitch.runtime import InlineDataplane
 
-P4INFO_FILE = Path(__file__).resolve().parent.parent / "p4src" / "hotagg.p4info.txtpb"
 P = "HotaggIngress."
 HOT0 = hot_keys_table(0)
 Update = p4runtime_pb2.Update
@@ -35,71 +34,9 @@ SetReq = p4runtime_pb2.SetForwardingPipelineConfigRequest
 GetReq = p4runtime_pb2.GetForwardingPipelineConfigRequest
 
 
-def built_p4info() -> p4info_pb2.P4Info:
-    """A P4Info made from softswitch/schema.py (used until p4src/ commits its own)."""
-    info = p4info_pb2.P4Info()
-    next_id = {}
-
-    def new_id(prefix: int) -> int:
-        next_id[prefix] = next_id.get(prefix, 0) + 1
-        return (prefix << 24) | next_id[prefix]
-
-    action_ids: dict[str, int] = {}
-    for t in schema.TABLES:
-        for a in t.actions:
-            if a.name in action_ids:
-                continue
-            pa = info.actions.add()
-            pa.preamble.id = action_ids[a.name] = new_id(0x01)
-            pa.preamble.name = a.name
-            for i, (pname, width) in enumerate(a.params, 1):
-                pa.params.add(id=i, name=pname, bitwidth=width)
-    for t in schema.TABLES:
-        pt = info.tables.add()
-        pt.preamble.id = new_id(0x02)
-        pt.preamble.name = t.name
-        pt.size = t.size
-        for i, f in enumerate(t.fields, 1):
-            kind = p4info_pb2.MatchField.EXACT if f.kind == "exact" else p4info_pb2.MatchField.LPM
-            pt.match_fields.add(id=i, name=f.name, bitwidth=f.bitwidth, match_type=kind)
-        for a in t.actions:
-            scope = (
-                p4info_pb2.ActionRef.DEFAULT_ONLY
-                if a.name in t.default_only
-                else p4info_pb2.ActionRef.TABLE_AND_DEFAULT
-            )
-            pt.action_refs.add(id=action_ids[a.name], scope=scope)
-        if t.direct_counter:
-            dc = info.direct_counters.add()
-            dc.preamble.id = new_id(0x13)
-            dc.preamble.name = t.direct_counter
-            dc.spec.unit = p4info_pb2.CounterSpec.BOTH
-            dc.direct_table_id = pt.preamble.id
-            pt.direct_resource_ids.append(dc.preamble.id)
-    for name, size in schema.COUNTERS.items():
-        c = info.counters.add(size=size)
-        c.preamble.id = new_id(0x12)
-        c.preamble.name = name
-        c.spec.unit = p4info_pb2.CounterSpec.BOTH
-    for r in schema.REGISTERS:
-        pr = info.registers.add(size=r.size)
-        pr.preamble.id = new_id(0x16)
-        pr.preamble.name = r.name
-        pr.type_spec.bitstring.bit.bitwidth = r.bitwidth
-    for name, fields in schema.PACKET_METADATA.items():
-        m = info.controller_packet_metadata.add()
-        m.preamble.id = new_id(0x04)
-        m.preamble.name = name
-        for mid, mname, width in fields:
-            m.metadata.add(id=mid, name=mname, bitwidth=width)
-    return info
-
-
 def load_p4info() -> p4info_pb2.P4Info:
-    """The committed P4Info, or one built from the schema while p4src/ has none."""
-    if P4INFO_FILE.exists():
-        return text_format.Parse(P4INFO_FILE.read_text(), p4info_pb2.P4Info())
-    return built_p4info()
+    """The committed P4Info (a fresh message each call: tests modify it)."""
+    return text_format.Parse(P4INFO_PATH.read_text(), p4info_pb2.P4Info())
 
 
 @pytest.fixture(scope="module")
