@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from contract.constants import NUM_SLOTS, Stat
-from contract.names import SET_SLOT_ACTIONS
+from contract.names import SET_SLOT_ACTIONS as SET_SLOT
 
 if TYPE_CHECKING:
     from softswitch.pipeline import Pipeline
 
-SET_SLOT = SET_SLOT_ACTIONS
 BAD_SLOT = Stat.BAD_SLOT.value
 MISS = -1
 
