@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from hosts.protocol import MAX_ENTRIES
+from contract.constants import MAX_ENTRIES
 from topologies.switches import bmv2_missing
 
 

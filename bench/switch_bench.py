@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hosts.codec import encode, encode_frame
-from hosts.protocol import MAX_ENTRIES, Op
+from contract.codec import encode, encode_frame
+from contract.constants import MAX_ENTRIES, Op
 from topologies.netns import VethNet
 from topologies.switches import REPO_ROOT, SwitchProcess
 

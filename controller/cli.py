@@ -26,6 +26,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from contract.constants import KEY_MAX
+from contract.p4files import P4INFO_PATH
 from controller import commands
 from controller.errors import (
     AlreadyExists,
@@ -42,9 +44,8 @@ from controller.errors import (
     TableFull,
     UnknownJob,
 )
-from hosts.protocol import KEY_MAX
 
-DEFAULT_P4INFO = Path(__file__).resolve().parent.parent / "p4src" / "hotagg.p4info.txtpb"
+DEFAULT_P4INFO = P4INFO_PATH
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_CODES: tuple[tuple[tuple[type[Exception], ...], int], ...] = (

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from contract.constants import DROP_SCALE
 from controller.client import SwitchClient
 from controller.drop_sim import DropSim
 from controller.errors import BadInput, PipelineMismatch
@@ -18,7 +19,6 @@ from controller.hotset import choose, combine, load_stats
 from controller.jobs import Jobs
 from controller.p4info import P4Info
 from controller.stats import Stats
-from hosts.protocol import DROP_SCALE
 
 Output = tuple[Any, str]
 

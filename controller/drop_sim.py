@@ -7,13 +7,14 @@ missing.
 
 from __future__ import annotations
 
+from contract import names
+from contract.constants import DROP_SCALE
 from controller.client import SwitchClient
 from controller.errors import BadInput
 from controller.p4info import P4Info
-from hosts.protocol import DROP_SCALE
 
-TABLE = "HotaggIngress.drop_sim"
-SET_DROP_RATE = "HotaggIngress.set_drop_rate"
+TABLE = names.TABLE_DROP_SIM
+SET_DROP_RATE = names.ACTION_SET_DROP_RATE
 
 
 def rate_of(probability: float) -> int:

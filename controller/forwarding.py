@@ -18,15 +18,16 @@ from pathlib import Path
 
 from p4.v1 import p4runtime_pb2
 
+from contract import names
 from controller.client import SwitchClient
 from controller.errors import BadInput
 from controller.p4info import P4Info
 from topologies.topology import Topology, TopologyFileError, load_topology
 
-TABLE = "HotaggIngress.ipv4_lpm"
-FORWARD = "HotaggIngress.ipv4_forward"
-SEND_TO_CPU = "HotaggIngress.send_to_cpu"
-DROP = "HotaggIngress.drop"
+TABLE = names.TABLE_IPV4_LPM
+FORWARD = names.ACTION_IPV4_FORWARD
+SEND_TO_CPU = names.ACTION_SEND_TO_CPU
+DROP = names.ACTION_DROP
 
 
 class TopologyError(BadInput):

@@ -17,25 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from contract.constants import KEY_MAX, MAX_ENTRIES
+from contract.names import hot_keys_table, set_slot_action
 from controller.client import SwitchClient
 from controller.errors import BadInput, BudgetExceeded, NotFound, WriteError
 from controller.jobs import Job
 from controller.p4info import P4Info
-from hosts.protocol import KEY_MAX, MAX_ENTRIES
-
-INSTANCES = MAX_ENTRIES
-
-
-def table(i: int) -> str:
-    return f"HotaggIngress.lookup{i}.hot_keys"
-
-
-def set_slot(i: int) -> str:
-    return f"HotaggIngress.lookup{i}.set_slot"
-
-
-def hits(i: int) -> str:
-    return f"HotaggIngress.lookup{i}.hits"
 
 
 def check_key(key: int) -> int:
@@ -90,8 +77,10 @@ class HotKeys:
         self.client = client
         self.p4info = p4info
         # Bulk writes: encoders per instance write entry bytes directly (controller/wire.py).
-        self._keys_only = [p4info.encoder(table(i)) for i in range(INSTANCES)]
-        self._with_slot = [p4info.encoder(table(i), set_slot(i)) for i in range(INSTANCES)]
+        self._keys_only = [p4info.encoder(hot_keys_table(i)) for i in range(MAX_ENTRIES)]
+        self._with_slot = [
+            p4info.encoder(hot_keys_table(i), set_slot_action(i)) for i in range(MAX_ENTRIES)
+        ]
 
     def list(
         self, job_id: int | None = None, counters: bool = False, all_instances: bool = False
@@ -101,8 +90,8 @@ class HotKeys:
         offsets, which shows partial keys and orphans) ask for all 8."""
         found: dict[tuple[int, int], HotKey] = {}
         every = counters or all_instances
-        for i in range(INSTANCES if every else 1):
-            request = self.p4info.wildcard(table(i), counters=counters)
+        for i in range(MAX_ENTRIES if every else 1):
+            request = self.p4info.wildcard(hot_keys_table(i), counters=counters)
             for raw in self.client.read_table(request):
                 e = self.p4info.decode_entry(raw)
                 jid, key = int(e.match["job_id"]), int(e.match["key"])  # type: ignore[arg-type]
@@ -113,8 +102,8 @@ class HotKeys:
                 if hk is None:
                     hk = found[(jid, key)] = HotKey(jid, key, offset)
                     if every:
-                        hk.offsets = [None] * INSTANCES
-                        hk.instance_packets = [0] * INSTANCES
+                        hk.offsets = [None] * MAX_ENTRIES
+                        hk.instance_packets = [0] * MAX_ENTRIES
                 if every:
                     hk.offsets[i] = offset
                 if counters:
@@ -158,7 +147,7 @@ class HotKeys:
         free = (o for o in range(job.slot_count) if o not in used)
         added = [(k, next(free)) for k in new]
         written = repaired = 0
-        for i in reversed(range(INSTANCES)):
+        for i in reversed(range(MAX_ENTRIES)):
             entries = self._entries(i, job.job_id, added)
             try:
                 written += self.client.write_entries("insert", entries, stop_on_error=False)
@@ -186,7 +175,7 @@ class HotKeys:
         return self._delete(job_id, wanted)
 
     def _delete(self, job_id: int, keys: Sequence[int]) -> int:
-        for i in range(INSTANCES):
+        for i in range(MAX_ENTRIES):
             try:
                 self.client.write_entries(
                     "delete", self._keys(i, job_id, keys), stop_on_error=False
@@ -201,7 +190,7 @@ class HotKeys:
         """Remove every hot key (of one job, or of all jobs), orphans included, reading all
         8 instances; returns how many keys were hot (in instance 0)."""
         hot = self.list(job_id, all_instances=True)
-        for i in range(INSTANCES):
+        for i in range(MAX_ENTRIES):
             present: dict[int, list[int]] = {}
             for hk in hot:
                 if hk.offsets[i] is not None:

@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract.constants import KEY_MAX
 from controller.errors import BadInput
-from hosts.protocol import KEY_MAX
 
 
 def parse_stats(lines: Iterable[str], source: str = "<stats>") -> dict[int, int]:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from contract import names
+from contract.constants import MAX_JOBS, NUM_SLOTS
 from controller.client import SwitchClient
 from controller.errors import AlreadyExists, BadInput, BudgetExceeded, UnknownJob
 from controller.p4info import P4Info
-from hosts.protocol import MAX_JOBS, NUM_SLOTS
 
-TABLE = "HotaggIngress.jobs"
-SET_JOB = "HotaggIngress.set_job"
+TABLE = names.TABLE_JOBS
+SET_JOB = names.ACTION_SET_JOB
 JOB_ID_MAX = (1 << 16) - 1
 
 

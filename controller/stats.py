@@ -1,4 +1,4 @@
-"""Switch statistics (counter HotaggIngress.stats, one cell per hosts.protocol.Stat) and the
+"""Switch statistics (counter HotaggIngress.stats, one cell per contract.constants.Stat) and the
 hot-key tables' direct counters (HotaggIngress.lookupN.hits)."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 from p4.v1 import p4runtime_pb2
 
+from contract import names
+from contract.constants import MAX_ENTRIES, Stat
 from controller.client import SwitchClient
-from controller.hot_keys import INSTANCES, table
 from controller.p4info import P4Info
-from hosts.protocol import Stat
 
-COUNTER = "HotaggIngress.stats"
+COUNTER = names.COUNTER_STATS
 
 
 @dataclass(frozen=True)
@@ -60,12 +60,16 @@ class Stats:
     def hot_key_hits(self) -> list[Cell]:
         """Total hits of each hot-key table instance (the sum over its direct counter)."""
         out = []
-        for i in range(INSTANCES):
+        for i in range(MAX_ENTRIES):
             request = p4runtime_pb2.Entity()
-            request.direct_counter_entry.table_entry.table_id = self.p4info.table_id(table(i))
+            request.direct_counter_entry.table_entry.table_id = self.p4info.table_id(
+                names.hot_keys_table(i)
+            )
             packets = nbytes = 0
             for entity in self.client.read([request]):
                 packets += entity.direct_counter_entry.data.packet_count
                 nbytes += entity.direct_counter_entry.data.byte_count
-            out.append(Cell(f"lookup{i}.hits", i, packets, nbytes))
+            # Named as the P4Info alias of the direct counter: "lookup0.hits".
+            alias = names.hits_counter(i).removeprefix(f"{names.INGRESS}.")
+            out.append(Cell(alias, i, packets, nbytes))
         return out

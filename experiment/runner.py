@@ -18,11 +18,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hosts.protocol import HOTAGG_PORT, Stat
+from contract.constants import HOTAGG_PORT, Stat
+from contract.p4files import P4INFO_PATH
 from hosts.stats import write_hot_keys
 from topologies.switches import REPO_ROOT
 
-P4INFO = REPO_ROOT / "p4src" / "hotagg.p4info.txtpb"
+P4INFO = P4INFO_PATH
 BMV2_JSON = REPO_ROOT / "build" / "hotagg.json"
 JOB_ID = 1
 

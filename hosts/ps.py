@@ -43,6 +43,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from contract.codec import CodecError, Message, decode, encode
+from contract.constants import (
+    DEDUP_WINDOW,
+    FLAG_RETRANSMIT,
+    HOTAGG_PORT,
+    INT32_MAX,
+    INT32_MIN,
+    MAX_WORKERS,
+    NUM_SLOTS,
+    Op,
+)
 from hosts.agent import (
     RECV_SIZE,
     Address,
@@ -56,17 +67,6 @@ from hosts.agent import (
     open_udp,
     parse_address,
     positive_int,
-)
-from hosts.codec import CodecError, Message, decode, encode
-from hosts.protocol import (
-    DEDUP_WINDOW,
-    FLAG_RETRANSMIT,
-    HOTAGG_PORT,
-    INT32_MAX,
-    INT32_MIN,
-    MAX_WORKERS,
-    NUM_SLOTS,
-    Op,
 )
 from hosts.stats import (
     CsvLog,

@@ -18,9 +18,9 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from contract.codec import Message, encode
+from contract.constants import FLAG_INVALIDATE, FLAG_RETRANSMIT, MAX_ENTRIES, Op
 from hosts.agent import Address, RttEstimator
-from hosts.codec import Message, encode
-from hosts.protocol import FLAG_INVALIDATE, FLAG_RETRANSMIT, MAX_ENTRIES, Op
 
 if TYPE_CHECKING:
     from hosts.ps import PSConfig

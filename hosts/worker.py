@@ -39,6 +39,16 @@ from typing import TypeVar
 
 import numpy as np
 
+from contract.codec import CodecError, Message, decode, encode
+from contract.constants import (
+    DEDUP_WINDOW,
+    FLAG_FROM_SWITCH,
+    FLAG_RETRANSMIT,
+    HOTAGG_PORT,
+    MAX_ENTRIES,
+    MAX_WORKERS,
+    Op,
+)
 from hosts import workloads
 from hosts.agent import (
     RECV_SIZE,
@@ -54,16 +64,6 @@ from hosts.agent import (
     open_udp,
     parse_address,
     positive_int,
-)
-from hosts.codec import CodecError, Message, decode, encode
-from hosts.protocol import (
-    DEDUP_WINDOW,
-    FLAG_FROM_SWITCH,
-    FLAG_RETRANSMIT,
-    HOTAGG_PORT,
-    MAX_ENTRIES,
-    MAX_WORKERS,
-    Op,
 )
 from hosts.stats import CsvLog, load_hot_keys, write_json
 

@@ -11,7 +11,7 @@ not matter):
 
 Trace CSV format (`TraceWorkload`): one row per access, `iteration,worker,key[,value]`.
 `iteration` counts from 1, `worker` from 0, `key` is an integer < key space, `value` is a real
-number (the contribution, converted to fixed point with hosts.protocol.to_fixed). Without a
+number (the contribution, converted to fixed point with contract.constants.to_fixed). Without a
 value column (or with an empty value) the value is drawn from the seeded stream of that
 (worker, iteration), in row order. A first row whose first field is not a number is a header;
 blank lines and lines starting with '#' are skipped. Rows of one (worker, iteration) that
@@ -30,8 +30,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hosts.codec import saturate_int32
-from hosts.protocol import INT32_MAX, INT32_MIN, VALUE_SCALE, to_fixed
+from contract.codec import saturate_int32
+from contract.constants import INT32_MAX, INT32_MIN, VALUE_SCALE, to_fixed
 
 # Stream ids keep the seeded generators of different purposes independent.
 _KEYS, _VALUES, _TRUTH, _EXAMPLES, _MAPPING = 1, 2, 3, 4, 5

@@ -8,7 +8,7 @@ below (the P4 objects of p4src/, in declaration order) and follows p4c's seriali
 
 - object order: tables and actions in declaration order, direct counters in the order of
   their tables, controller headers in declaration order; fields print in field-number order;
-- ids pinned with @id come from p4src/include/ids.p4; every other id is
+- ids pinned with @id come from p4src/include/ids.p4 (read by contract/names.py); every other id is
   (P4Runtime prefix << 24) | (Jenkins one-at-a-time hash of the full name & 0xffffff), names
   taken in sorted order per object type, collisions resolved by probing the next hash value;
 - alias = the shortest dot-separated suffix unique among all P4Runtime symbol names;
@@ -21,13 +21,16 @@ below (the P4 objects of p4src/, in declaration order) and follows p4c's seriali
 
 `make check-p4info` diffs the result against p4c's own output where p4c is installed.
 
+The description (`describe`) is the one hand-written list of the program's P4Runtime objects
+in Python: names, ids, sizes and the lookup{i} scheme come from contract/ (which reads them
+from p4src/include), and softswitch/schema.py reads the generated P4Info, not this list.
+
 Usage: gen_p4info.py [--check] [--output PATH]
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,10 +38,10 @@ from pathlib import Path
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
-REPO = Path(__file__).resolve().parent.parent
-IDS_P4 = REPO / "p4src" / "include" / "ids.p4"
-SIZES_P4 = REPO / "p4src" / "include" / "sizes.p4"
-P4INFO_PATH = REPO / "p4src" / "hotagg.p4info.txtpb"
+# Run as a file, the script reads the contract/ of its own checkout (the one whose p4src/ it
+# describes), even where the installed hotagg is another checkout's.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from contract.p4files import P4INFO_PATH, ContractError
 
 PREFIX = {
     "action": p4info_pb2.P4Ids.ACTION,
@@ -49,12 +52,10 @@ PREFIX = {
     "register": p4info_pb2.P4Ids.REGISTER,
 }
 HEADER = "# proto-file: p4/config/v1/p4info.proto\n# proto-message: p4.config.v1.P4Info\n\n"
-INGRESS = "HotaggIngress"
-LOOKUPS = [f"{INGRESS}.lookup{i}" for i in range(8)]
 
 
 class P4InfoError(Exception):
-    """The description, ids.p4 or sizes.p4 is inconsistent; the message says where."""
+    """The description and ids.p4 disagree; the message says where."""
 
 
 @dataclass(frozen=True)
@@ -105,89 +106,74 @@ class Program:
     controller_headers: list[ControllerHeader] = field(default_factory=list)
 
 
-def read_sizes(path: Path = SIZES_P4) -> dict[str, int]:
-    """`const <type> NAME = <literal>;` lines of sizes.p4."""
-    pattern = re.compile(r"^const\s+[\w<>]+\s+(\w+)\s*=\s*(0x[0-9a-fA-F]+|\d+)\s*;", re.M)
-    return {name: int(value, 0) for name, value in pattern.findall(path.read_text())}
-
-
-def read_pinned_ids(path: Path = IDS_P4) -> dict[str, int]:
-    """P4Info name -> id from the `#define HOTAGG_ID_... 0x...  // name` lines of ids.p4."""
-    pattern = re.compile(r"^#define\s+HOTAGG_ID_\w+\s+(0x[0-9a-fA-F]+)\s*//\s*(\S+)\s*$", re.M)
-    pinned: dict[str, int] = {}
-    for value, name in pattern.findall(path.read_text()):
-        if name in pinned:
-            raise P4InfoError(f"{path}: {name} is pinned twice")
-        pinned[name] = int(value, 16)
-    return pinned
-
-
-def describe(sizes: dict[str, int]) -> Program:
+def describe() -> Program:
     """The P4Runtime-visible objects of p4src/hotagg.p4, in p4c's (declaration) order."""
-    ing = INGRESS
+    from contract import constants as c  # here, so that a broken P4 file is a one-line error
+    from contract import names as n
+
     prog = Program()
     prog.actions += [
-        Action(f"{ing}.ipv4_forward", (("dst_mac", 48), ("port", 9))),
-        Action(f"{ing}.send_to_cpu"),
-        Action(f"{ing}.drop"),
-        Action(f"{ing}.set_job", (("job_index", 8), ("slot_base", 32), ("slot_count", 32))),
-        Action(f"{ing}.unknown_job"),
-        Action(f"{ing}.set_drop_rate", (("rate", 32),)),
+        Action(n.ACTION_IPV4_FORWARD, (("dst_mac", 48), ("port", 9))),
+        Action(n.ACTION_SEND_TO_CPU),
+        Action(n.ACTION_DROP),
+        Action(n.ACTION_SET_JOB, (("job_index", 8), ("slot_base", 32), ("slot_count", 32))),
+        Action(n.ACTION_UNKNOWN_JOB),
+        Action(n.ACTION_SET_DROP_RATE, (("rate", 32),)),
     ]
     prog.tables += [
         Table(
-            f"{ing}.ipv4_lpm",
+            n.TABLE_IPV4_LPM,
             keys=(("dst_addr", 32, "LPM"),),
             actions=(
-                (f"{ing}.ipv4_forward", False),
-                (f"{ing}.send_to_cpu", False),
-                (f"{ing}.drop", False),
+                (n.ACTION_IPV4_FORWARD, False),
+                (n.ACTION_SEND_TO_CPU, False),
+                (n.ACTION_DROP, False),
             ),
-            default=(f"{ing}.drop", ()),
-            size=sizes["IPV4_LPM_SIZE"],
+            default=(n.ACTION_DROP, ()),
+            size=c.IPV4_LPM_SIZE,
         ),
         Table(
-            f"{ing}.jobs",
+            n.TABLE_JOBS,
             keys=(("job_id", 16, "EXACT"),),
-            actions=((f"{ing}.set_job", False), (f"{ing}.unknown_job", True)),
-            default=(f"{ing}.unknown_job", ()),
-            size=sizes["MAX_JOBS"],
+            actions=((n.ACTION_SET_JOB, False), (n.ACTION_UNKNOWN_JOB, True)),
+            default=(n.ACTION_UNKNOWN_JOB, ()),
+            size=c.MAX_JOBS,
         ),
         Table(
-            f"{ing}.drop_sim",
+            n.TABLE_DROP_SIM,
             keys=(),
-            actions=((f"{ing}.set_drop_rate", False),),
-            default=(f"{ing}.set_drop_rate", (0,)),
+            actions=((n.ACTION_SET_DROP_RATE, False),),
+            default=(n.ACTION_SET_DROP_RATE, (0,)),
             size=1,
         ),
     ]
-    for lookup in LOOKUPS:
-        prog.actions += [Action(f"{lookup}.set_slot", (("offset", 32),)), Action(f"{lookup}.miss")]
+    for i in range(c.MAX_ENTRIES):
+        set_slot, miss = n.set_slot_action(i), n.miss_action(i)
+        prog.actions += [Action(set_slot, (("offset", 32),)), Action(miss)]
         prog.tables.append(
             Table(
-                f"{lookup}.hot_keys",
+                n.hot_keys_table(i),
                 keys=(("job_id", 16, "EXACT"), ("key", 64, "EXACT")),
-                actions=((f"{lookup}.set_slot", False), (f"{lookup}.miss", True)),
-                default=(f"{lookup}.miss", ()),
-                size=sizes["HOT_KEYS_SIZE"],
-                direct_counter=f"{lookup}.hits",
+                actions=((set_slot, False), (miss, True)),
+                default=(miss, ()),
+                size=c.HOT_KEYS_SIZE,
+                direct_counter=n.hits_counter(i),
             )
         )
-    prog.counters.append(Counter(f"{ing}.stats", sizes["STATS_SIZE"]))
-    agg, slots, dedup = sizes["AGG_SIZE"], sizes["NUM_SLOTS"], sizes["DEDUP_SIZE"]
+    prog.counters.append(Counter(n.COUNTER_STATS, c.STATS_SIZE))
     prog.registers += [
-        Register(f"{ing}.dedup_seq", 32, dedup),
-        Register(f"{ing}.dedup_mask", 8, dedup),
-        Register(f"{ing}.agg_value", 32, agg),
-        Register(f"{ing}.agg_iter", 32, agg),
-        Register(f"{ing}.agg_key", 64, agg),
-        Register(f"{ing}.cache_value", 32, slots),
-        Register(f"{ing}.cache_iter", 32, slots),
-        Register(f"{ing}.cache_key", 64, slots),
+        Register(n.REGISTER_DEDUP_SEQ, 32, c.DEDUP_SIZE),
+        Register(n.REGISTER_DEDUP_MASK, 8, c.DEDUP_SIZE),
+        Register(n.REGISTER_AGG_VALUE, 32, c.AGG_SIZE),
+        Register(n.REGISTER_AGG_ITER, 32, c.AGG_SIZE),
+        Register(n.REGISTER_AGG_KEY, 64, c.AGG_SIZE),
+        Register(n.REGISTER_CACHE_VALUE, 32, c.NUM_SLOTS),
+        Register(n.REGISTER_CACHE_ITER, 32, c.NUM_SLOTS),
+        Register(n.REGISTER_CACHE_KEY, 64, c.NUM_SLOTS),
     ]
     prog.controller_headers += [
-        ControllerHeader("packet_in", "packet_in_header_t", (("ingress_port", 9), ("_pad", 7))),
-        ControllerHeader("packet_out", "packet_out_header_t", (("egress_port", 9), ("_pad", 7))),
+        ControllerHeader(n.PACKET_IN, "packet_in_header_t", (("ingress_port", 9), ("_pad", 7))),
+        ControllerHeader(n.PACKET_OUT, "packet_out_header_t", (("egress_port", 9), ("_pad", 7))),
     ]
     return prog
 
@@ -331,7 +317,9 @@ def build(prog: Program, pinned: dict[str, int]) -> p4info_pb2.P4Info:
 
 def render() -> str:
     """The text of p4src/hotagg.p4info.txtpb."""
-    info = build(describe(read_sizes()), read_pinned_ids())
+    from contract.names import PINNED_IDS  # here, as in describe()
+
+    info = build(describe(), PINNED_IDS)
     return HEADER + text_format.MessageToString(info)
 
 
@@ -348,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         text = render()
-    except P4InfoError as exc:
+    except (P4InfoError, ContractError) as exc:
         print(f"gen_p4info: {exc}", file=sys.stderr)
         return 2
     if args.check:

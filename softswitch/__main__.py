@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 
-from hosts.protocol import CPU_PORT
+from contract.constants import CPU_PORT
 
 EXIT_USAGE = 2
 EXIT_PORT = 3

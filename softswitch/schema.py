@@ -1,28 +1,35 @@
-"""The embedded pipeline's own description of its P4Runtime objects (docs/design.md section 2).
+"""The P4Runtime objects the embedded pipeline serves, read from the committed P4Info.
 
-Names are P4Info full names; `check_p4info` compares a P4Info (normally the committed
-p4src/hotagg.p4info.txtpb) with this description so the server refuses a pipeline it does not
-implement instead of misbehaving on it.
+p4src/hotagg.p4info.txtpb (generated from the program's description by scripts/gen_p4info.py,
+and what p4c emits for p4src/) is the contract: this module turns it into the table, counter
+and register descriptions that softswitch/state.py builds, so the embedded target serves
+exactly that P4Info and the lists are written in one place. The pipeline's code
+(softswitch/pipeline/) finds its objects by the names in contract/names.py; a P4Info that
+lacks one fails when a Pipeline is built.
+
+`check_p4info` compares a P4Info a client pushes with this description, so the server refuses
+a pipeline it does not implement instead of misbehaving on it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
+from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
-from hosts.protocol import (
-    DEDUP_SIZE,
-    HOT_KEYS_SIZE,
-    IPV4_LPM_SIZE,
-    MAX_ENTRIES,
-    MAX_JOBS,
-    NUM_SLOTS,
-    STATS_SIZE,
-)
+from contract import names
+from contract.p4files import P4INFO_PATH
 from softswitch.state import ActionSpec, Counter, MatchField, Register, Table
 
-P = "HotaggIngress."
+# Registers whose cells hold two's complement int32 values (sums and cached parameters). Storage
+# only: P4Runtime and v1model see bit<32> (p4src/include/types.p4, value_t).
+SIGNED_REGISTERS = frozenset({names.REGISTER_AGG_VALUE, names.REGISTER_CACHE_VALUE})
+
+
+class SchemaError(ValueError):
+    """The P4Info uses something the embedded pipeline does not implement."""
 
 
 @dataclass(frozen=True)
@@ -58,71 +65,67 @@ class RegisterSchema:
         return Register(self.name, self.size, self.bitwidth, self.signed)
 
 
-def _hot_keys(i: int) -> TableSchema:
-    n = f"{P}lookup{i}."
+_KIND = {"exact": p4info_pb2.MatchField.EXACT, "lpm": p4info_pb2.MatchField.LPM}
+_KIND_NAME = {v: k for k, v in _KIND.items()}
+
+
+def _table(t: p4info_pb2.Table, actions: dict[int, p4info_pb2.Action], direct: dict) -> TableSchema:
+    fields = []
+    for m in t.match_fields:
+        if m.match_type not in _KIND_NAME:
+            kind = p4info_pb2.MatchField.MatchType.Name(m.match_type)
+            raise SchemaError(f"table {t.preamble.name}: {kind} match is not implemented")
+        fields.append(MatchField(m.name, m.bitwidth, _KIND_NAME[m.match_type]))
+    specs, default_only = [], set()
+    for ref in t.action_refs:
+        a = actions[ref.id]
+        if ref.scope == p4info_pb2.ActionRef.TABLE_ONLY:
+            raise SchemaError(f"table {t.preamble.name}: TABLE_ONLY actions are not implemented")
+        if ref.scope == p4info_pb2.ActionRef.DEFAULT_ONLY:
+            default_only.add(a.preamble.name)
+        specs.append(ActionSpec(a.preamble.name, tuple((p.name, p.bitwidth) for p in a.params)))
+    if t.const_default_action_id:
+        raise SchemaError(f"table {t.preamble.name}: const default actions are not implemented")
+    init = t.initial_default_action
+    default = (
+        actions[init.action_id].preamble.name,
+        tuple(int.from_bytes(arg.value, "big") for arg in init.arguments),
+    )
+    counter = direct.get(t.preamble.id)
     return TableSchema(
-        name=f"{n}hot_keys",
-        size=HOT_KEYS_SIZE,
-        fields=(MatchField("job_id", 16, "exact"), MatchField("key", 64, "exact")),
-        actions=(ActionSpec(f"{n}set_slot", (("offset", 32),)), ActionSpec(f"{n}miss", ())),
-        default_only=frozenset({f"{n}miss"}),
-        initial_default=(f"{n}miss", ()),
-        direct_counter=f"{n}hits",
+        t.preamble.name,
+        t.size,
+        tuple(fields),
+        tuple(specs),
+        frozenset(default_only),
+        default,
+        counter.preamble.name if counter is not None else None,
     )
 
 
-TABLES: tuple[TableSchema, ...] = (
-    TableSchema(
-        name=f"{P}ipv4_lpm",
-        size=IPV4_LPM_SIZE,
-        fields=(MatchField("dst_addr", 32, "lpm"),),
-        actions=(
-            ActionSpec(f"{P}ipv4_forward", (("dst_mac", 48), ("port", 9))),
-            ActionSpec(f"{P}send_to_cpu", ()),
-            ActionSpec(f"{P}drop", ()),
-        ),
-        default_only=frozenset(),
-        initial_default=(f"{P}drop", ()),
-    ),
-    TableSchema(
-        name=f"{P}jobs",
-        size=MAX_JOBS,
-        fields=(MatchField("job_id", 16, "exact"),),
-        actions=(
-            ActionSpec(f"{P}set_job", (("job_index", 8), ("slot_base", 32), ("slot_count", 32))),
-            ActionSpec(f"{P}unknown_job", ()),
-        ),
-        default_only=frozenset({f"{P}unknown_job"}),
-        initial_default=(f"{P}unknown_job", ()),
-    ),
-    TableSchema(
-        name=f"{P}drop_sim",
-        size=1,  # keyless: holds no entries; P4Info sizes of keyless tables are not compared
-        fields=(),
-        actions=(ActionSpec(f"{P}set_drop_rate", (("rate", 32),)),),
-        default_only=frozenset(),
-        initial_default=(f"{P}set_drop_rate", (0,)),
-    ),
-    *(_hot_keys(i) for i in range(MAX_ENTRIES)),
+def _width(r: p4info_pb2.Register) -> int:
+    bs = r.type_spec.bitstring
+    return bs.bit.bitwidth if bs.HasField("bit") else bs.int.bitwidth
+
+
+def load(path: Path = P4INFO_PATH) -> p4info_pb2.P4Info:
+    return text_format.Parse(path.read_text(), p4info_pb2.P4Info())
+
+
+P4INFO = load()  # the committed P4Info: the pipeline this target implements
+_ACTIONS = {a.preamble.id: a for a in P4INFO.actions}
+_DIRECT = {d.direct_table_id: d for d in P4INFO.direct_counters}
+
+TABLES: tuple[TableSchema, ...] = tuple(_table(t, _ACTIONS, _DIRECT) for t in P4INFO.tables)
+COUNTERS: dict[str, int] = {c.preamble.name: c.size for c in P4INFO.counters}  # unit: both
+REGISTERS: tuple[RegisterSchema, ...] = tuple(
+    RegisterSchema(r.preamble.name, r.size, _width(r), r.preamble.name in SIGNED_REGISTERS)
+    for r in P4INFO.registers
 )
-
-COUNTERS: dict[str, int] = {f"{P}stats": STATS_SIZE}  # unit: packets and bytes
-
-REGISTERS: tuple[RegisterSchema, ...] = (
-    RegisterSchema(f"{P}dedup_seq", DEDUP_SIZE, 32),
-    RegisterSchema(f"{P}dedup_mask", DEDUP_SIZE, 8),
-    RegisterSchema(f"{P}agg_value", 2 * NUM_SLOTS, 32, signed=True),
-    RegisterSchema(f"{P}agg_iter", 2 * NUM_SLOTS, 32),
-    RegisterSchema(f"{P}agg_key", 2 * NUM_SLOTS, 64),
-    RegisterSchema(f"{P}cache_value", NUM_SLOTS, 32, signed=True),
-    RegisterSchema(f"{P}cache_iter", NUM_SLOTS, 32),
-    RegisterSchema(f"{P}cache_key", NUM_SLOTS, 64),
-)
-
 # controller header name -> ((metadata id, name, bitwidth), ...)
 PACKET_METADATA: dict[str, tuple[tuple[int, str, int], ...]] = {
-    "packet_in": ((1, "ingress_port", 9), (2, "_pad", 7)),
-    "packet_out": ((1, "egress_port", 9), (2, "_pad", 7)),
+    m.preamble.name: tuple((f.id, f.name, f.bitwidth) for f in m.metadata)
+    for m in P4INFO.controller_packet_metadata
 }
 
 
@@ -136,9 +139,6 @@ def build_counters() -> dict[str, Counter]:
 
 def build_registers() -> dict[str, Register]:
     return {r.name: r.build() for r in REGISTERS}
-
-
-_KIND = {"exact": p4info_pb2.MatchField.EXACT, "lpm": p4info_pb2.MatchField.LPM}
 
 
 def _compare_sets(what: str, ours: set[str], theirs: set[str]) -> list[str]:

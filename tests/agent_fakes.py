@@ -16,14 +16,15 @@ import threading
 import time
 from collections import Counter
 
-from hosts.codec import CodecError, decode, decode_frame, encode, encode_frame
-from hosts.protocol import (
+from contract.codec import CodecError, decode, decode_frame, encode, encode_frame
+from contract.constants import (
     DEDUP_WINDOW,
     FLAG_FROM_SWITCH,
     FLAG_INVALIDATE,
     HOTAGG_PORT,
     INT32_MAX,
     INT32_MIN,
+    MAX_ENTRIES,
     MAX_WORKERS,
     NUM_SLOTS,
     REPLY_OP,
@@ -31,6 +32,7 @@ from hosts.protocol import (
     Op,
     Stat,
 )
+from contract.names import hot_keys_table, set_slot_action
 
 Address = tuple[str, int]
 P = "HotaggIngress."
@@ -214,13 +216,13 @@ class PipelineSwitch:
     def set_hot(self, hot: dict[int, int]) -> None:
         """What the controller does: every hot key into all 8 lookup instances."""
         with self.lock:
-            for i in range(8):
-                t = self.p.tables[f"{P}lookup{i}.hot_keys"]
+            for i in range(MAX_ENTRIES):
+                t = self.p.tables[hot_keys_table(i)]
                 for k in set(self.hot) - set(hot):
                     t.delete((self.job_id, k))
                 for k, off in hot.items():
                     write = t.modify if k in self.hot else t.insert
-                    write((self.job_id, k), f"{P}lookup{i}.set_slot", (off,))
+                    write((self.job_id, k), set_slot_action(i), (off,))
             self.hot = dict(hot)
 
     def process(self, data: bytes, from_client: bool = True) -> tuple[str, bytes]:

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from hosts.protocol import CPU_PORT, Stat
+from contract.constants import CPU_PORT, MAX_ENTRIES, Stat
+from contract.names import hot_keys_table, set_slot_action
+from contract.p4files import P4INFO_PATH
 from tests.packet_harness import N_PORTS, Ports, host_ip, host_mac, unique_prefix
 from topologies.netns import VethNet
 from topologies.switches import REPO_ROOT, SwitchProcess, SwitchStartError, bmv2_missing
 
-P4INFO_PATH = REPO_ROOT / "p4src" / "hotagg.p4info.txtpb"
 BMV2_JSON = REPO_ROOT / "build" / "hotagg.json"
 TEST_JOBS = {1: 64, 2: 64}  # job id -> slot count
 
@@ -84,14 +85,15 @@ class SwitchUnderTest:
 
     def hot(self, job_id: int, offsets: dict[int, int]) -> None:
         """Install hot keys at explicit slot offsets, in all 8 lookup instances."""
-        from controller.hot_keys import INSTANCES, set_slot, table
-
         entries = [
             self.p4info.table_entry(
-                table(i), {"job_id": job_id, "key": key}, set_slot(i), {"offset": off}
+                hot_keys_table(i),
+                {"job_id": job_id, "key": key},
+                set_slot_action(i),
+                {"offset": off},
             )
             for key, off in offsets.items()
-            for i in range(INSTANCES)
+            for i in range(MAX_ENTRIES)
         ]
         self.client.write_entries("insert", entries)
 

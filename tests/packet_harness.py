@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from hosts.protocol import HOTAGG_PORT, Entry, Hotagg, Op
+from contract.constants import HOTAGG_PORT, Op
+from contract.layers import Entry, Hotagg
 from topologies.netns import VethNet
 
 N_PORTS = 4

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from contract.codec import HEADER, decode, encode
+from contract.constants import Op, Stat
 from hosts.agent import INITIAL_RTO, AgentError, DeadlineExceeded, RttEstimator
-from hosts.codec import HEADER, decode, encode
-from hosts.protocol import Op, Stat
 from hosts.ps import ParameterServer, PSConfig
 from hosts.ps import main as ps_main
 from hosts.stats import load_hot_keys, load_params, params_sha256, read_frequency, write_hot_keys

@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from contract.constants import HOT_KEYS_SIZE
+from contract.names import hot_keys_table as table
+from contract.names import set_slot_action as set_slot
 from controller.cli import main
 from controller.client import SwitchClient
-from controller.hot_keys import HotKeys, set_slot, table
+from controller.hot_keys import HotKeys
 from controller.p4info import P4Info
-from hosts.protocol import HOT_KEYS_SIZE
 from tests.test_controller import (  # noqa: F401 (the fixtures are used by name)
     P4INFO_PATH,
     REPO,

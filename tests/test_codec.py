@@ -1,4 +1,5 @@
-"""The struct codec (hosts/codec.py) against the Scapy layers (hosts/protocol.py), byte for byte."""
+"""The struct codec (contract/codec.py) against the Scapy layers (contract/layers.py), byte
+for byte."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from hosts.codec import (
+from contract.codec import (
     HEADER,
     CodecError,
     Message,
@@ -22,7 +23,7 @@ from hosts.codec import (
     pack_entries,
     unpack_entries,
 )
-from hosts.protocol import (
+from contract.constants import (
     ENTRY_LEN,
     HEADER_LEN,
     HOTAGG_PORT,
@@ -30,10 +31,9 @@ from hosts.protocol import (
     INT32_MIN,
     KEY_MAX,
     MAX_ENTRIES,
-    Entry,
-    Hotagg,
     Op,
 )
+from contract.layers import Entry, Hotagg
 
 EDGE_KEYS = (0, 1, KEY_MAX, KEY_MAX - 1, 1 << 63)
 EDGE_VALUES = (0, 1, -1, INT32_MIN, INT32_MAX)

@@ -15,6 +15,11 @@ from p4.v1 import p4runtime_pb2
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
+from contract.constants import CPU_PORT, HOT_KEYS_SIZE, HOTAGG_PORT, MAX_JOBS, Op
+from contract.constants import MAX_ENTRIES as INSTANCES
+from contract.layers import Entry, Hotagg
+from contract.names import hot_keys_table as table
+from contract.names import set_slot_action as set_slot
 from controller import wire
 from controller.client import SwitchClient
 from controller.drop_sim import DropSim, rate_of
@@ -33,11 +38,10 @@ from controller.errors import (
     UnknownJob,
 )
 from controller.forwarding import Forwarding, Route, compute_routes, load_routes_topology
-from controller.hot_keys import INSTANCES, HotKeys, set_slot, table
+from controller.hot_keys import HotKeys
 from controller.jobs import Jobs
 from controller.p4info import P4Info
 from controller.stats import Stats
-from hosts.protocol import CPU_PORT, HOT_KEYS_SIZE, HOTAGG_PORT, MAX_JOBS, Entry, Hotagg, Op
 from softswitch.p4rt import P4RuntimeServer
 from softswitch.pipeline import Pipeline
 from softswitch.state import Table

@@ -8,9 +8,9 @@ import random
 import numpy as np
 import pytest
 
+from contract.constants import KEY_MAX
 from controller.errors import BadInput
 from controller.hotset import choose, combine, load_stats, parse_stats, rank
-from hosts.protocol import KEY_MAX
 
 
 def test_parse_plain_csv_with_comments_blank_lines_and_hex_keys() -> None:

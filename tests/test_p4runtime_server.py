@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import queue
 import threading
-from pathlib import Path
 
 import grpc
 import pytest
@@ -17,7 +16,10 @@ from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeWriteException
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from hosts.protocol import HOTAGG_PORT, Entry, Hotagg, Op, Stat
+from contract.constants import HOTAGG_PORT, Op, Stat
+from contract.layers import Entry, Hotagg
+from contract.names import hot_keys_table, miss_action, set_slot_action
+from contract.p4files import P4INFO_PATH
 from softswitch import schema
 from softswitch.p4rt import P4RuntimeServer
 from softswitch.p4rt.errors import STATUS_DETAILS_KEY
@@ -25,79 +27,16 @@ from softswitch.p4rt.wire import READ_CHUNK, READ_CHUNK_BYTES
 from softswitch.pipeline import Pipeline
 from softswitch.runtime import InlineDataplane
 
-P4INFO_FILE = Path(__file__).resolve().parent.parent / "p4src" / "hotagg.p4info.txtpb"
 P = "HotaggIngress."
-HOT0 = f"{P}lookup0.hot_keys"
+HOT0 = hot_keys_table(0)
 Update = p4runtime_pb2.Update
 SetReq = p4runtime_pb2.SetForwardingPipelineConfigRequest
 GetReq = p4runtime_pb2.GetForwardingPipelineConfigRequest
 
 
-def built_p4info() -> p4info_pb2.P4Info:
-    """A P4Info made from softswitch/schema.py (used until p4src/ commits its own)."""
-    info = p4info_pb2.P4Info()
-    next_id = {}
-
-    def new_id(prefix: int) -> int:
-        next_id[prefix] = next_id.get(prefix, 0) + 1
-        return (prefix << 24) | next_id[prefix]
-
-    action_ids: dict[str, int] = {}
-    for t in schema.TABLES:
-        for a in t.actions:
-            if a.name in action_ids:
-                continue
-            pa = info.actions.add()
-            pa.preamble.id = action_ids[a.name] = new_id(0x01)
-            pa.preamble.name = a.name
-            for i, (pname, width) in enumerate(a.params, 1):
-                pa.params.add(id=i, name=pname, bitwidth=width)
-    for t in schema.TABLES:
-        pt = info.tables.add()
-        pt.preamble.id = new_id(0x02)
-        pt.preamble.name = t.name
-        pt.size = t.size
-        for i, f in enumerate(t.fields, 1):
-            kind = p4info_pb2.MatchField.EXACT if f.kind == "exact" else p4info_pb2.MatchField.LPM
-            pt.match_fields.add(id=i, name=f.name, bitwidth=f.bitwidth, match_type=kind)
-        for a in t.actions:
-            scope = (
-                p4info_pb2.ActionRef.DEFAULT_ONLY
-                if a.name in t.default_only
-                else p4info_pb2.ActionRef.TABLE_AND_DEFAULT
-            )
-            pt.action_refs.add(id=action_ids[a.name], scope=scope)
-        if t.direct_counter:
-            dc = info.direct_counters.add()
-            dc.preamble.id = new_id(0x13)
-            dc.preamble.name = t.direct_counter
-            dc.spec.unit = p4info_pb2.CounterSpec.BOTH
-            dc.direct_table_id = pt.preamble.id
-            pt.direct_resource_ids.append(dc.preamble.id)
-    for name, size in schema.COUNTERS.items():
-        c = info.counters.add(size=size)
-        c.preamble.id = new_id(0x12)
-        c.preamble.name = name
-        c.spec.unit = p4info_pb2.CounterSpec.BOTH
-    for r in schema.REGISTERS:
-        pr = info.registers.add(size=r.size)
-        pr.preamble.id = new_id(0x16)
-        pr.preamble.name = r.name
-        pr.type_spec.bitstring.bit.bitwidth = r.bitwidth
-    for name, fields in schema.PACKET_METADATA.items():
-        m = info.controller_packet_metadata.add()
-        m.preamble.id = new_id(0x04)
-        m.preamble.name = name
-        for mid, mname, width in fields:
-            m.metadata.add(id=mid, name=mname, bitwidth=width)
-    return info
-
-
 def load_p4info() -> p4info_pb2.P4Info:
-    """The committed P4Info, or one built from the schema while p4src/ has none."""
-    if P4INFO_FILE.exists():
-        return text_format.Parse(P4INFO_FILE.read_text(), p4info_pb2.P4Info())
-    return built_p4info()
+    """The committed P4Info (a fresh message each call: tests modify it)."""
+    return text_format.Parse(P4INFO_PATH.read_text(), p4info_pb2.P4Info())
 
 
 @pytest.fixture(scope="module")
@@ -420,7 +359,7 @@ def test_hot_keys_insert_read_modify_delete(ready):
     by_id = {m.field_id: m.exact.value for m in te.match}
     assert by_id[ids.field(HOT0, "job_id")] == b"\x01"  # canonical: leading zeros stripped
     assert by_id[ids.field(HOT0, "key")] == key.to_bytes(8, "big")
-    assert te.action.action.action_id == ids.action(f"{P}lookup0.set_slot")
+    assert te.action.action.action_id == ids.action(set_slot_action(0))
     assert te.action.action.params[0].value == b"\x07"
     assert sw.pipeline.tables[HOT0].get((1, key)).params == (7,)
     write_batch(sw, [(Update.MODIFY, hot_entry(ids, 1, key, 0x1234))])
@@ -432,9 +371,9 @@ def test_hot_keys_insert_read_modify_delete(ready):
         read(sw, hot_entry(ids, 1, key, None))
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
     # every table at once (table_id 0): the one entry of another table shows up
-    write_batch(sw, [(Update.INSERT, hot_entry(ids, 2, 9, 1, table=f"{P}lookup3.hot_keys"))])
+    write_batch(sw, [(Update.INSERT, hot_entry(ids, 2, 9, 1, table=hot_keys_table(3)))])
     (ent,) = read(sw, p4runtime_pb2.TableEntry())
-    assert ent.table_entry.table_id == ids.table(f"{P}lookup3.hot_keys")
+    assert ent.table_entry.table_id == ids.table(hot_keys_table(3))
 
 
 def test_ipv4_lpm_entries_and_bad_values(ready):
@@ -468,9 +407,9 @@ def test_batch_reports_every_update(ready):
     sw, ids = ready, ready.ids
     miss = hot_entry(ids, 1, 5, None)
     a = miss.action.action
-    a.action_id = ids.action(f"{P}lookup0.miss")  # default-only action in an entry
+    a.action_id = ids.action(miss_action(0))  # default-only action in an entry
     foreign = hot_entry(ids, 1, 6, 1)
-    foreign.action.action.action_id = ids.action(f"{P}lookup1.set_slot")  # other table's
+    foreign.action.action.action_id = ids.action(set_slot_action(1))  # other table's
     wide = hot_entry(ids, 1, 7, 1)
     wide.match[0].exact.value = b"\x01\x00\x00"  # job_id 65536 in a 16-bit field
     updates = [
@@ -769,10 +708,10 @@ def serialized(entities) -> bytes:
 def test_read_bytes_equal_protobuf_serialization(ready):
     sw, ids = ready, ready.ids
     pl = sw.pipeline
-    hot0, hot3 = pl.tables[HOT0], pl.tables[f"{P}lookup3.hot_keys"]
+    hot0, hot3 = pl.tables[HOT0], pl.tables[hot_keys_table(3)]
     for job, key, off in ((0, 0, 0), (0xFFFF, 2**64 - 1, 2**32 - 1), (1, 200, 300)):
-        hot0.insert((job, key), f"{P}lookup0.set_slot", (off,))
-    hot3.insert((9, 1 << 40), f"{P}lookup3.set_slot", (127,))
+        hot0.insert((job, key), set_slot_action(0), (off,))
+    hot3.insert((9, 1 << 40), set_slot_action(3), (127,))
     hot0.set_direct_counter((1, 200), 2**63 - 1, 129)
     hot3.set_direct_counter((9, 1 << 40), 5, 0)
     lpm = pl.tables[f"{P}ipv4_lpm"]

@@ -18,7 +18,7 @@ from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 from scapy.fields import PacketListField
 
-from hosts import protocol
+from contract import layers as protocol
 
 REPO = Path(__file__).resolve().parent.parent
 P4SRC = REPO / "p4src"

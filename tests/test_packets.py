@@ -13,17 +13,17 @@ import contextlib
 import pytest
 from scapy.layers.inet import IP, UDP
 
-from hosts.protocol import (
+from contract.constants import (
     FLAG_FROM_SWITCH,
     FLAG_INVALIDATE,
     HOTAGG_PORT,
     INT32_MAX,
     INT32_MIN,
     MAX_ENTRIES,
-    Hotagg,
     Op,
     Stat,
 )
+from contract.layers import Hotagg
 from tests.packet_harness import frame, host_ip, host_mac, plain_udp
 
 pytestmark = [pytest.mark.root]

@@ -14,7 +14,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.utils import checksum
 
-from hosts.protocol import (
+from contract.constants import (
     CPU_PORT,
     FLAG_FROM_SWITCH,
     FLAG_INVALIDATE,
@@ -22,12 +22,13 @@ from hosts.protocol import (
     HOTAGG_PORT,
     INT32_MAX,
     INT32_MIN,
+    MAX_ENTRIES,
     NUM_SLOTS,
-    Entry,
-    Hotagg,
     Op,
     Stat,
 )
+from contract.layers import Entry, Hotagg
+from contract.names import hot_keys_table, set_slot_action
 from softswitch.pipeline import Pipeline
 
 P = "HotaggIngress."
@@ -100,13 +101,13 @@ def p() -> Pipeline:
 
 def set_hot(p: Pipeline, job: int, offsets: dict[int, int]) -> None:
     """What the controller does: each hot key into every lookup instance."""
-    for i in range(8):
-        t = p.tables[f"{P}lookup{i}.hot_keys"]
+    for i in range(MAX_ENTRIES):
+        t = p.tables[hot_keys_table(i)]
         for k, off in offsets.items():
             if (job, k) in {e.match for e in t.entries()}:
-                t.modify((job, k), f"{P}lookup{i}.set_slot", (off,))
+                t.modify((job, k), set_slot_action(i), (off,))
             else:
-                t.insert((job, k), f"{P}lookup{i}.set_slot", (off,))
+                t.insert((job, k), set_slot_action(i), (off,))
 
 
 def only(out, port):
@@ -215,9 +216,9 @@ def test_hot_push_is_aggregated_and_acked_by_switch(p):
     assert [agg_at(p, 1, s) for s in range(8)] == [(1, 100 + s, 7 * (s + 1)) for s in range(8)]
     assert stats(p) == {"PUSH": 3, "HOT_APPLIED": 24, "PUSH_SWITCH_ACK": 3}
     assert p.counters[P + "stats"].read(Stat.HOT_APPLIED) == (24, 24 * len(raw))
-    e = p.tables[P + "lookup5.hot_keys"].get((1, 105))
+    e = p.tables[hot_keys_table(5)].get((1, 105))
     assert (e.packets, e.bytes) == (3, 3 * len(raw))
-    assert p.tables[P + "lookup5.hot_keys"].get((1, 104)).packets == 0
+    assert p.tables[hot_keys_table(5)].get((1, 104)).packets == 0
 
 
 def test_cold_entries_go_to_ps_in_order(p):
@@ -298,8 +299,8 @@ def test_sums_up_to_the_int32_limits_are_applied(p, start, add):
 
 def test_reassigned_slot_refuses_another_key_in_the_same_iteration(p):
     p.process(1, frame(entries=[(100, 1)]))
-    for i in range(8):
-        p.tables[f"{P}lookup{i}.hot_keys"].delete((1, 100))
+    for i in range(MAX_ENTRIES):
+        p.tables[hot_keys_table(i)].delete((1, 100))
     set_hot(p, 1, {200: 0})
     data = only(p.process(1, frame(entries=[(200, 9)], seq=2)), PS)
     assert entries(data) == [(200, 9)] and stats(p)["SLOT_CONFLICT"] == 1
@@ -333,7 +334,7 @@ def test_jobs_never_touch_each_others_slots(p):
     set_hot(p, 2, {500: 1})
     data = only(p.process(1, frame(entries=[(500, 1)], seq=2)), PS)  # job 2's key, job 1
     assert entries(data) == [(500, 1)]
-    assert p.tables[P + "lookup0.hot_keys"].get((2, 500)).packets == 0
+    assert p.tables[hot_keys_table(0)].get((2, 500)).packets == 0
 
 
 # --- PULL, WRITEBACK, COLLECT ---
@@ -368,8 +369,8 @@ def test_pull_miss_and_partial_go_to_ps(p):
     assert agg(wrong_it).mask == 0 and entries(wrong_it) == [(100, 0)]
     empty = only(p.process(1, frame(Op.PULL, [], iteration=2)), PS)
     assert agg(empty).op == Op.PULL
-    for i in range(8):  # the slot now belongs to key 200, but still caches key 100
-        p.tables[f"{P}lookup{i}.hot_keys"].delete((1, 100))
+    for i in range(MAX_ENTRIES):  # the slot now belongs to key 200, but still caches key 100
+        p.tables[hot_keys_table(i)].delete((1, 100))
     set_hot(p, 1, {200: 0})
     assert agg(only(p.process(1, frame(Op.PULL, [(200, 0)], iteration=2)), PS)).mask == 0
     assert stats(p)["PULL_MISS"] == 4 and "PULL_HIT" not in stats(p)
@@ -460,8 +461,8 @@ def test_refresh_of_an_old_copy_subtracts_nothing(p):
 
 def test_refresh_with_a_copy_of_another_key_subtracts_nothing(p):
     p.process(1, frame(entries=[(100, 9)], iteration=1))
-    for i in range(8):
-        p.tables[f"{P}lookup{i}.hot_keys"].delete((1, 100))
+    for i in range(MAX_ENTRIES):
+        p.tables[hot_keys_table(i)].delete((1, 100))
     set_hot(p, 1, {200: 0})
     writeback(p, [(200, 50)], it=1)  # slot 0 caches 200, its copy of 1 holds 100's sum
     a = refresh(p, [(200, 0)], it=1)

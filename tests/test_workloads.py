@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from hosts.protocol import VALUE_SCALE, to_fixed
+from contract.constants import VALUE_SCALE, to_fixed
 from hosts.stats import params_sha256, read_frequency, top_keys, write_frequency
 from hosts.workloads import (
     LogisticWorkload,

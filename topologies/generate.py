@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hosts.protocol import CPU_PORT, MAX_WORKERS
+from contract.constants import CPU_PORT, MAX_WORKERS
 
 DEFAULT_BANDWIDTH_MBPS = 10
 DEFAULT_LATENCY = "0.1ms"

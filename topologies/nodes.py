@@ -18,7 +18,7 @@ from typing import Any
 
 from mininet.node import Host, Switch
 
-from hosts.protocol import CPU_PORT
+from contract.constants import CPU_PORT
 from topologies.switches import SwitchProcess, SwitchStartError
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hosts.protocol import CPU_PORT
+from contract.constants import CPU_PORT
 
 TARGETS = ("embedded", "bmv2")
 # The BMv2 switch binary: BMV2_BINARY=simple_switch_grpc-perf (BMv2's performance build, see

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hosts.protocol import CPU_PORT
+from contract.constants import CPU_PORT
 
 ROLES = ("worker", "ps")
 MAX_PORT = 510  # 9-bit port; 511 is BMv2's drop port

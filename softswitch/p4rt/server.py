@@ -27,6 +27,7 @@ import grpc
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
+from contract.constants import CPU_PORT
 from softswitch.p4rt.arbitration import Arbiter, Client, election_int
 from softswitch.p4rt.binding import Binding, BindingError, bind
 from softswitch.p4rt.codec import decode, encode, header_len, pack_header, unpack_header
@@ -431,7 +432,7 @@ class P4RuntimeServer:
         pipeline: Any,
         *,
         device_id: int = 0,
-        cpu_port: int = 255,
+        cpu_port: int = CPU_PORT,
         address: str = "127.0.0.1:0",
         check_p4info: Callable[[p4info_pb2.P4Info], list[str]] | None = None,
         max_workers: int = 32,

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import random
 
+from contract import names
 from softswitch import schema
 from softswitch.pipeline import ingress
 from softswitch.state import Counter, Register, Table
-
-P = "HotaggIngress."
 
 
 class Pipeline:
@@ -26,22 +25,22 @@ class Pipeline:
         self.registers: dict[str, Register] = schema.build_registers()
         self.rng = random.Random(seed)
         # Fast-path references (the same objects as above, cleared in place by reset()).
-        self.t_lpm = self.tables[P + "ipv4_lpm"]
-        self.t_jobs = self.tables[P + "jobs"]
-        self.t_drop = self.tables[P + "drop_sim"]
-        self.t_hot = tuple(self.tables[f"{P}lookup{i}.hot_keys"] for i in range(8))
-        stats = self.counters[P + "stats"]
+        self.t_lpm = self.tables[names.TABLE_IPV4_LPM]
+        self.t_jobs = self.tables[names.TABLE_JOBS]
+        self.t_drop = self.tables[names.TABLE_DROP_SIM]
+        self.t_hot = tuple(self.tables[t] for t in names.HOT_KEYS_TABLES)
+        stats = self.counters[names.COUNTER_STATS]
         self.stats_packets = stats.packets
         self.stats_bytes = stats.bytes
         r = self.registers
-        self.dedup_seq = r[P + "dedup_seq"].values
-        self.dedup_mask = r[P + "dedup_mask"].values
-        self.agg_value = r[P + "agg_value"].values
-        self.agg_iter = r[P + "agg_iter"].values
-        self.agg_key = r[P + "agg_key"].values
-        self.cache_value = r[P + "cache_value"].values
-        self.cache_iter = r[P + "cache_iter"].values
-        self.cache_key = r[P + "cache_key"].values
+        self.dedup_seq = r[names.REGISTER_DEDUP_SEQ].values
+        self.dedup_mask = r[names.REGISTER_DEDUP_MASK].values
+        self.agg_value = r[names.REGISTER_AGG_VALUE].values
+        self.agg_iter = r[names.REGISTER_AGG_ITER].values
+        self.agg_key = r[names.REGISTER_AGG_KEY].values
+        self.cache_value = r[names.REGISTER_CACHE_VALUE].values
+        self.cache_iter = r[names.REGISTER_CACHE_ITER].values
+        self.cache_key = r[names.REGISTER_CACHE_KEY].values
 
     # process(ingress_port, frame) -> [(egress_port, bytes)]; a plain function as the method
     # saves a call layer per packet.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hosts.protocol import ENTRY_LEN, FLAG_INVALIDATE, NUM_SLOTS, Op, Stat
+from contract.constants import ENTRY_LEN, FLAG_INVALIDATE, NUM_SLOTS, Op, Stat
 from softswitch.pipeline.parser import (
     ENTRIES,
     ENTRY,

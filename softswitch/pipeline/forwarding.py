@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hosts.protocol import CPU_PORT, Stat
+from contract import names
+from contract.constants import CPU_PORT, Stat
 from softswitch.pipeline.parser import (
     DROP_PORT,
     ETH_DST,
@@ -24,8 +25,8 @@ from softswitch.pipeline.parser import (
 if TYPE_CHECKING:
     from softswitch.pipeline import Pipeline
 
-IPV4_FORWARD = "HotaggIngress.ipv4_forward"
-SEND_TO_CPU = "HotaggIngress.send_to_cpu"
+IPV4_FORWARD = names.ACTION_IPV4_FORWARD
+SEND_TO_CPU = names.ACTION_SEND_TO_CPU
 NO_ROUTE = Stat.NO_ROUTE.value
 
 Output = list[tuple[int, bytes]]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hosts.protocol import MAX_ENTRIES, NUM_SLOTS, Stat
+from contract.constants import NUM_SLOTS, Stat
+from contract.names import SET_SLOT_ACTIONS as SET_SLOT
 
 if TYPE_CHECKING:
     from softswitch.pipeline import Pipeline
 
-SET_SLOT = tuple(f"HotaggIngress.lookup{i}.set_slot" for i in range(MAX_ENTRIES))
 BAD_SLOT = Stat.BAD_SLOT.value
 MISS = -1
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from contract.names import ACTION_SET_JOB as SET_JOB
+
 if TYPE_CHECKING:
     from softswitch.pipeline import Pipeline
-
-SET_JOB = "HotaggIngress.set_job"
 
 
 def lookup_job(p: Pipeline, job_id: int) -> tuple[int, ...] | None:

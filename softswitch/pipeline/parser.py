@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from struct import Struct
 
-from hosts.protocol import ENTRY_LEN, FLAG_FROM_SWITCH, HEADER_LEN, MAX_ENTRIES
+from contract.constants import ENTRY_LEN, FLAG_FROM_SWITCH, HEADER_LEN, MAX_ENTRIES
 
 # byte offsets in a frame Ethernet / IPv4 (IHL 5) / UDP / hotagg / entries
 ETH_DST = 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hosts.protocol import ENTRY_LEN, Op, Stat
+from contract.constants import ENTRY_LEN, Op, Stat
 from softswitch.pipeline.hot_key_lookup import lookup_slots
 from softswitch.pipeline.parser import ENTRIES, ENTRY_LISTS, VALUE, make_reply, processed
 

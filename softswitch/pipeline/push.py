@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hosts.protocol import (
+from contract.constants import (
     DEDUP_WINDOW,
     ENTRY_LEN,
     INT32_MAX,

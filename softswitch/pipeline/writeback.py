@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hosts.protocol import Op, Stat
+from contract.constants import Op, Stat
 from softswitch.pipeline.hot_key_lookup import lookup_slots
 from softswitch.pipeline.parser import ENTRIES, ENTRY_LISTS, make_reply, processed
 

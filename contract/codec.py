@@ -4,7 +4,8 @@ The agents send hotagg payloads over ordinary UDP sockets, so `encode`/`decode` 
 20-byte header and the 12-byte entries; the kernel builds Ethernet/IPv4/UDP. `encode_frame` and
 `decode_frame` build and parse complete Ethernet/IPv4/UDP frames for raw-socket tools, tests
 and benchmarks. tests/test_codec.py checks every function here byte for byte against the Scapy
-layers in hosts/protocol.py, which stay the reference.
+layers in contract/layers.py, which stay the reference. No Scapy here: the agents and the
+switch's tools import this module on their hot paths.
 """
 
 from __future__ import annotations
@@ -17,7 +18,18 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hosts.protocol import ENTRY_LEN, HEADER_LEN, HOTAGG_PORT, MAX_ENTRIES, VERSION
+from contract.constants import (
+    ENTRY_LEN,
+    ETHERTYPE_IPV4,
+    HEADER_LEN,
+    HOTAGG_PORT,
+    INT32_MAX,
+    INT32_MIN,
+    IP_PROTO_UDP,
+    MAX_ENTRIES,
+    UDP_HEADER_LEN,
+    VERSION,
+)
 
 # version, op, flags, count, job_id, worker_id, seq, iteration, mask, cached, reserved (2 pad
 # bytes). Reserved is written as 0 and ignored on decode, as the P4 parser does.
@@ -30,9 +42,7 @@ ENTRY_DTYPE = np.dtype([("key", ">u8"), ("value", ">i4")])
 _ETH = struct.Struct("!6s6sH")
 _IPV4 = struct.Struct("!BBHHHBBH4s4s")
 _UDP = struct.Struct("!HHHH")
-ETH_LEN, IPV4_LEN, UDP_LEN = 14, 20, 8
-ETHERTYPE_IPV4 = 0x0800
-IPPROTO_UDP = 17
+ETH_LEN, IPV4_LEN, UDP_LEN = 14, 20, UDP_HEADER_LEN
 
 
 class CodecError(ValueError):
@@ -141,7 +151,7 @@ def pack_entries(keys: np.ndarray | Sequence[int], values: np.ndarray | Sequence
         raise CodecError(f"entry out of range: {exc}") from None
     if vals.shape != arr.shape:
         raise CodecError(f"{len(arr)} keys but {vals.size} values")
-    if vals.size and (vals.min() < -(1 << 31) or vals.max() >= 1 << 31):
+    if vals.size and (vals.min() < INT32_MIN or vals.max() > INT32_MAX):
         raise CodecError("value outside int32")
     arr["value"] = vals
     return arr.tobytes()
@@ -213,7 +223,7 @@ def encode_frame(
     """Ethernet/IPv4 (IHL 5, no options, DF clear)/UDP (checksum 0) around `payload`."""
     total = IPV4_LEN + UDP_LEN + len(payload)
     try:
-        ip = _IPV4.pack(0x45, tos, total, ip_id, 0, ttl, IPPROTO_UDP, 0, _ip(src_ip), _ip(dst_ip))
+        ip = _IPV4.pack(0x45, tos, total, ip_id, 0, ttl, IP_PROTO_UDP, 0, _ip(src_ip), _ip(dst_ip))
         udp = _UDP.pack(sport, dport, UDP_LEN + len(payload), 0)
     except struct.error as exc:
         raise CodecError(f"frame field out of range: {exc}") from None
@@ -231,7 +241,7 @@ def decode_frame(frame: bytes) -> Frame:
     vihl, _tos, total, _id, _frag, ttl, proto, _csum, sip, dip = _IPV4.unpack_from(frame, ETH_LEN)
     if vihl != 0x45:
         raise CodecError(f"IPv4 version/IHL byte 0x{vihl:02x}, expected 0x45")
-    if proto != IPPROTO_UDP:
+    if proto != IP_PROTO_UDP:
         raise CodecError(f"IP protocol {proto} is not UDP")
     if total < IPV4_LEN + UDP_LEN or ETH_LEN + total > len(frame):
         raise CodecError(f"IPv4 total length {total} does not fit a {len(frame)}-byte frame")
@@ -253,4 +263,4 @@ def decode_frame(frame: bytes) -> Frame:
 
 def saturate_int32(values: np.ndarray) -> np.ndarray:
     """int64 parameters -> int32 wire values, clamped (what a PULL_REPLY carries)."""
-    return np.clip(values, -(1 << 31), (1 << 31) - 1).astype(np.int32)
+    return np.clip(values, INT32_MIN, INT32_MAX).astype(np.int32)

@@ -1,0 +1,109 @@
+"""The protocol's and the switch's numbers, read from the P4 source at import; no Scapy.
+
+Where each number is defined:
+
+- sizes, wire lengths, ports (p4src/include/sizes.p4) and ops, flags, stats reasons and the
+  version (p4src/include/types.p4) are read from the `const` lines of those files when this
+  module is imported (contract/p4files.py). The P4 files are what p4c compiles for BMv2, so
+  making them the only place the numbers are written means the embedded switch, the agents and
+  the controller cannot disagree with the compiled program: a change there reaches Python
+  without a second edit, and a name Python needs that disappears from the P4 fails at import
+  with the file's name instead of running with a stale value. The alternative, the numbers
+  also written here and a test that compares, catches a mismatch only when the tests run.
+  The price is that these modules need the p4src/ tree beside them, which every way of running
+  hotagg (a checkout, the editable install) has; the committed P4Info is read from there too.
+- numbers that are not in the P4 program (fixed-point scale, int32 and key ranges, the
+  Python-side op groupings) are defined below.
+
+Importing this module imports only the standard library (tests/test_contract.py checks it):
+the controller and the embedded switch take their numbers from here without loading Scapy.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from contract.p4files import SIZES_P4, TYPES_P4, ContractError, read_consts
+
+_P4 = read_consts(TYPES_P4, SIZES_P4)
+
+
+def _p4(name: str) -> int:
+    try:
+        return _P4[name]
+    except KeyError:
+        raise ContractError(
+            f"const {name} is not defined in {TYPES_P4.name} or {SIZES_P4.name}"
+        ) from None
+
+
+# --- wire (p4src/include/sizes.p4, types.p4) ---
+HOTAGG_PORT = _p4("HOTAGG_PORT")  # UDP destination port of every request
+VERSION = _p4("HOTAGG_VERSION")
+MAX_ENTRIES = _p4("MAX_ENTRIES")  # K: entries per packet; one hot-key table instance each
+HEADER_LEN = _p4("HEADER_LEN")
+ENTRY_LEN = _p4("ENTRY_LEN")
+UDP_HEADER_LEN = _p4("UDP_HEADER_LEN")
+ETHERTYPE_IPV4 = _p4("ETHERTYPE_IPV4")
+IP_PROTO_UDP = _p4("IP_PROTO_UDP")
+
+FLAG_FROM_SWITCH = _p4("FLAG_FROM_SWITCH")
+FLAG_RETRANSMIT = _p4("FLAG_RETRANSMIT")
+FLAG_INVALIDATE = _p4("FLAG_INVALIDATE")  # COLLECT only: the mask asks to untag cache entries
+
+# --- switch sizes (p4src/include/sizes.p4) ---
+NUM_SLOTS = _p4("NUM_SLOTS")
+HOT_KEYS_SIZE = _p4("HOT_KEYS_SIZE")
+MAX_JOBS = _p4("MAX_JOBS")
+MAX_WORKERS = _p4("MAX_WORKERS")
+DEDUP_WINDOW = _p4("DEDUP_WINDOW")
+DEDUP_SIZE = _p4("DEDUP_SIZE")
+AGG_SIZE = _p4("AGG_SIZE")  # two copies of each slot, by iteration parity
+CPU_PORT = _p4("CPU_PORT")
+STATS_SIZE = _p4("STATS_SIZE")
+DROP_SCALE = _p4("DROP_SCALE")  # drop_sim rate unit: probability * DROP_SCALE
+IPV4_LPM_SIZE = _p4("IPV4_LPM_SIZE")
+
+# Ops (OP_* of types.p4; OP_MAX is the largest valid op, not an op).
+Op = IntEnum(
+    "Op",
+    [(k[3:], v) for k, v in _P4.items() if k.startswith("OP_") and k != "OP_MAX"],
+    module=__name__,
+)
+Op.__doc__ = "The `op` field of the hotagg header (OP_* in p4src/include/types.p4)."
+if max(Op) != _p4("OP_MAX"):
+    raise ContractError(f"OP_MAX is {_p4('OP_MAX')} but the largest op is {max(Op)!r}")
+
+# Stats reasons (STAT_* of types.p4).
+Stat = IntEnum(
+    "Stat", [(k[5:], v) for k, v in _P4.items() if k.startswith("STAT_")], module=__name__
+)
+Stat.__doc__ = "Cells of the switch's `HotaggIngress.stats` counter (STAT_* in types.p4)."
+
+# --- Python side only ---
+VALUE_SCALE = 1 << 16  # fixed point: real value = wire value / 65536 (docs/design.md §1)
+INT32_MIN = -(1 << 31)
+INT32_MAX = (1 << 31) - 1
+KEY_MAX = (1 << 64) - 1
+
+# Ops the switch processes; every other valid op is forwarded unchanged.
+SWITCH_OPS = frozenset({Op.PUSH, Op.PULL, Op.COLLECT, Op.WRITEBACK})
+REPLY_OP = {
+    Op.PUSH: Op.PUSH_ACK,
+    Op.PULL: Op.PULL_REPLY,
+    Op.DONE: Op.DONE_ACK,
+    Op.COLLECT: Op.COLLECT_REPLY,
+    Op.WRITEBACK: Op.WRITEBACK_ACK,
+}
+
+
+def to_fixed(x: float) -> int:
+    """Real number -> wire value, rounded to nearest; raises if it does not fit int32."""
+    v = round(x * VALUE_SCALE)
+    if not INT32_MIN <= v <= INT32_MAX:
+        raise OverflowError(f"{x} does not fit the fixed-point range (scale {VALUE_SCALE})")
+    return v
+
+
+def from_fixed(v: int) -> float:
+    return v / VALUE_SCALE
