@@ -518,6 +518,7 @@ def _cli(module: str, *args: str) -> subprocess.Popen:
         [sys.executable, "-m", module, *args],
         cwd=ROOT,
         env=env,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -640,8 +641,15 @@ def test_cli_run_matches_reference_and_sigterm_is_clean(tmp_path) -> None:
         "127.0.0.1:0",
         "--log",
         str(tmp_path / "w.csv"),
+        "--wait-go",
         *common,
     )
+    # "ready" comes once the worker is set up, its signal handlers included (a loaded
+    # machine can take seconds to get there); after "go" it needs a few ms to push and reach
+    # the barrier.
+    assert w.stdout.readline().strip() == "ready", w.stderr.read()
+    w.stdin.write("go\n")
+    w.stdin.flush()
     time.sleep(1.0)
     for p, code in ((w, 4), (ps, 0)):
         p.send_signal(signal.SIGTERM)
