@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from experiment import fidelity
 from experiment.runner import PhaseResult
 from hosts import stats
 
@@ -179,6 +180,11 @@ def comparison_table(summary: dict) -> str:
     ):
         lines.append(row(key, s[key], o[key], "{:d}"))
     lines.append(f"  exact: {summary['exact']}  ({summary['params_sha256']['offload'][:16]}...)")
+    fid = summary.get("fidelity") or {}
+    if fid.get("warning"):
+        lines.append(f"  WARNING, {fid['warning']}")
+    elif fid.get("bottleneck"):
+        lines.append(f"  regime: {fid['bottleneck']} (both phases network-bound, as emulated)")
     return "\n".join(lines)
 
 
@@ -220,6 +226,10 @@ def build(
     )
     summary["offloaded_update_share"] = (
         round(o["updates_in_switch"] / o["updates_total"], 4) if o["updates_total"] else None
+    )
+    # Which resource set the pace of each measured phase (experiment/fidelity.py).
+    summary["fidelity"] = fidelity.summarize(
+        {m: phases[m].fidelity for m in ("server", "offload") if phases[m].fidelity}
     )
     write_latency_csv(run_dir / "latency.csv", phases, workers)
     (run_dir / "summary.json").write_text(stats.dumps_strict(summary, indent=2) + "\n")

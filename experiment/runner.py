@@ -20,6 +20,7 @@ from typing import Any
 
 from contract.constants import HOTAGG_PORT, Stat
 from contract.p4files import P4INFO_PATH
+from experiment.fidelity import LinkProbe, PhaseMonitor
 from hosts.stats import write_hot_keys
 from topologies.switches import REPO_ROOT
 
@@ -85,6 +86,7 @@ class PhaseResult:
     worker_summaries: list[dict]
     ps_summaries: list[dict]
     switch_stats: dict[str, dict[str, int]]  # switch -> stat name -> packets
+    fidelity: dict[str, Any] = field(default_factory=dict)  # experiment.fidelity.verdict
 
 
 def say(msg: str) -> None:
@@ -240,6 +242,32 @@ class Experiment:
             if hot_keys and self.topology.switches[name].aggregate:
                 report = HotKeys(client, self.p4info).install(job, hot_keys)
                 self.hot_offsets = dict(report.added)
+
+    def monitor(self, procs: list[tuple[str, subprocess.Popen]]) -> PhaseMonitor:
+        """A fidelity monitor over this phase's processes, the switches and every link."""
+        pids = {f"switch {name}": self.switch_pid(name) for name in self.topology.switches}
+        pids.update((label, proc.pid) for label, proc in procs)
+        ps_names = {h.name for h in self.topology.parameter_servers}
+        links = []
+        for link in self.topology.links:
+            # Seen from its switch end (either end of a switch-switch link carries the same).
+            if link.is_host_link:
+                switch, port = link.node2, link.port2
+            else:
+                switch, port = link.node1, link.port1
+            links.append(
+                LinkProbe(
+                    f"{link.node1}-{link.node2}",
+                    self.net.switch(switch).intfs[port].name,
+                    link.bandwidth,
+                    to_ps=link.node1 in ps_names,
+                )
+            )
+        return PhaseMonitor({k: v for k, v in pids.items() if v}, links)
+
+    def switch_pid(self, name: str) -> int | None:
+        process = self.net.switch(name).process
+        return process.proc.pid if process is not None and process.proc is not None else None
 
     def switch_stats(self) -> dict[str, dict[str, int]]:
         from controller.stats import Stats
@@ -405,7 +433,11 @@ class Experiment:
                 workers.append(proc)
             self._start_together(pdir, procs[len(ps_hosts) :])
             start = time.perf_counter()
-            self._follow(name, workers, iterations)
+            monitor = self.monitor(procs).start()
+            try:
+                self._follow(name, workers, iterations)
+            finally:
+                fidelity = monitor.stop()
             seconds = time.perf_counter() - start
             for label, proc in procs:
                 rc = proc.wait(timeout=cfg.phase_timeout)
@@ -427,6 +459,7 @@ class Experiment:
             [json.loads((pdir / f"w{w}.json").read_text()) for w in range(cfg.workers)],
             [json.loads((pdir / f"ps{i}.json").read_text()) for i in range(shards)],
             self.switch_stats(),
+            fidelity,
         )
 
     def _follow(self, name: str, workers: list[subprocess.Popen], iterations: int) -> None:

@@ -1,0 +1,260 @@
+"""Is a phase's result about the network, or about this machine? A verdict per phase.
+
+As Mininet-HiFi checks its network invariants, the runner samples what the machine did while
+a phase ran and says which resource limited it:
+
+- the machine's CPU: busy share of all cores (/proc/stat);
+- each process the run started (switches, PS shards, workers): its CPU time as a share of
+  one core (/proc/<pid>/stat), since each is single-threaded where it matters (the embedded
+  switch, the agents; BMv2's ingress pipeline runs in one thread too);
+- each link: the bytes its switch-side interface carried each way (/sys/class/net), as
+  Mbit/s and as a share of the configured rate, and the packets its shaper dropped;
+- the links into the parameter servers, whose utilisation says whether they were the
+  bottleneck, as they are in the systems hotagg emulates (README, "Why the links are
+  10 Mbit/s").
+
+The rules, in order (THRESHOLDS below):
+
+1. `cpu`: the cores were busy for >= 90% of the phase: every process waited for a core, so
+   times measure the machine's scheduling, not the network.
+2. `switch`: a switch process used >= 90% of a core: the switch, not a link, set the pace
+   (e.g. BMv2's standard build at 10 Mbit/s).
+3. `ps_link`: a PS link carried >= 50% of its rate in one direction, more than any other
+   link: the emulated regime.
+4. `none`: nothing was saturated (the phase waited on timeouts or on the agents' own work).
+
+A phase is faithful when its bottleneck is `ps_link`. Averages over a whole phase hide short
+saturation, so the CPU and link shares are also taken over every SAMPLE_SECONDS window and
+the verdict reads the 90th percentile of the windows.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SAMPLE_SECONDS = 0.25
+CPU_BUSY = 0.90  # of all cores: the machine is the bottleneck
+SWITCH_BUSY = 0.90  # of one core: the switch process is the bottleneck
+PS_LINK_BUSY = 0.50  # of the configured rate: the PS link is the bottleneck
+WINDOW_PERCENTILE = 90
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class LinkProbe:
+    """A link, seen from its switch-side interface (in the root namespace)."""
+
+    name: str  # "h5-s1" or "s1-s3"
+    ifname: str
+    mbps: float | None  # configured rate; None = unlimited
+    to_ps: bool = False  # a link into a parameter server
+
+
+def _machine_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies over all cores since boot."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already counted in user
+    return total - idle, total
+
+
+def _process_jiffies(pid: int) -> int | None:
+    """utime + stime of `pid` (and its waited-for children), or None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # the command may contain spaces
+    return sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+
+
+def _link_bytes(ifname: str) -> tuple[int, int, int]:
+    """(received, sent, dropped on receive) by the interface, 0s once it is gone."""
+    base = Path("/sys/class/net") / ifname / "statistics"
+    try:
+        return (
+            int((base / "rx_bytes").read_text()),
+            int((base / "tx_bytes").read_text()),
+            int((base / "rx_dropped").read_text()),
+        )
+    except OSError:
+        return (0, 0, 0)
+
+
+@dataclass
+class _Sample:
+    t: float
+    machine: tuple[int, int]
+    procs: dict[str, int | None]
+    links: dict[str, tuple[int, int, int]]
+
+
+@dataclass
+class PhaseMonitor:
+    """Samples the machine while a phase runs: start(), then stop() returns the verdict."""
+
+    procs: Mapping[str, int]  # label ("switch s1", "ps0", "w3") -> pid
+    links: list[LinkProbe]
+    interval: float = SAMPLE_SECONDS
+    _samples: list[_Sample] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _sample(self) -> _Sample:
+        return _Sample(
+            time.monotonic(),
+            _machine_jiffies(),
+            {label: _process_jiffies(pid) for label, pid in self.procs.items()},
+            {p.name: _link_bytes(p.ifname) for p in self.links},
+        )
+
+    def start(self) -> PhaseMonitor:
+        self._samples = [self._sample()]
+        self._thread = threading.Thread(target=self._run, name="fidelity", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._samples.append(self._sample())
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._samples.append(self._sample())
+        return verdict(self._samples, self.links)
+
+
+def _share(a: int | None, b: int | None, seconds: float) -> float | None:
+    if a is None or b is None or seconds <= 0:
+        return None
+    return (b - a) / _CLK_TCK / seconds
+
+
+def _windows(samples: list[_Sample]) -> list[tuple[_Sample, _Sample]]:
+    return [(a, b) for a, b in zip(samples, samples[1:]) if b.t > a.t]
+
+
+def verdict(samples: list[_Sample], links: list[LinkProbe]) -> dict[str, Any]:
+    """The phase's measurements and its bottleneck (rules in the module docstring)."""
+    first, last = samples[0], samples[-1]
+    seconds = last.t - first.t
+    windows = _windows(samples)
+
+    def machine_busy(a: _Sample, b: _Sample) -> float:
+        busy, total = b.machine[0] - a.machine[0], b.machine[1] - a.machine[1]
+        return busy / total if total else 0.0
+
+    def high(values: list[float]) -> float:
+        return float(np.percentile(values, WINDOW_PERCENTILE)) if values else 0.0
+
+    cpu_mean = machine_busy(first, last)
+    cpu_high = high([machine_busy(a, b) for a, b in windows])
+    processes = {}
+    for label in first.procs:
+        mean = _share(first.procs[label], last.procs[label], seconds)
+        peaks = [_share(a.procs[label], b.procs[label], b.t - a.t) for a, b in windows]
+        processes[label] = {
+            "cpu_mean": None if mean is None else round(mean, 3),
+            "cpu_p90": round(high([p for p in peaks if p is not None]), 3),
+        }
+    link_rows = []
+    for probe in links:
+        rx0, tx0, drop0 = first.links[probe.name]
+        rx1, tx1, drop1 = last.links[probe.name]
+        row: dict[str, Any] = {
+            "link": probe.name,
+            "configured_mbps": probe.mbps,
+            # The switch-side interface sends toward the host end and receives from it.
+            "to_host_mbps": round((tx1 - tx0) * 8 / seconds / 1e6, 3) if seconds else 0.0,
+            "from_host_mbps": round((rx1 - rx0) * 8 / seconds / 1e6, 3) if seconds else 0.0,
+            "rx_dropped": drop1 - drop0,
+            "to_ps": probe.to_ps,
+        }
+        if probe.mbps:
+            per_window = [
+                max(b.links[probe.name][i] - a.links[probe.name][i] for i in (0, 1))
+                * 8
+                / (b.t - a.t)
+                / 1e6
+                / probe.mbps
+                for a, b in windows
+            ]
+            peak_mean = max(row["to_host_mbps"], row["from_host_mbps"]) / probe.mbps
+            row["utilization_mean"] = round(peak_mean, 3)
+            row["utilization_p90"] = round(high(per_window), 3)
+        link_rows.append(row)
+
+    switch_busy = max(
+        (p["cpu_p90"] for label, p in processes.items() if label.startswith("switch")),
+        default=0.0,
+    )
+    shaped = [r for r in link_rows if "utilization_p90" in r]
+    busiest = max(shaped, key=lambda r: r["utilization_p90"], default=None)
+    ps_links = [r for r in shaped if r["to_ps"]]
+    ps_util = max((r["utilization_p90"] for r in ps_links), default=0.0)
+    ours = sum(p["cpu_mean"] or 0.0 for p in processes.values())
+    if cpu_high >= CPU_BUSY:
+        # Our processes' share tells a saturated run from a machine busy with other work.
+        bottleneck, why = (
+            "cpu",
+            (
+                f"the cores were {cpu_high:.0%} busy (p90 of windows); "
+                f"this run's processes used {ours:.2f} of {os.cpu_count()} cores"
+            ),
+        )
+    elif switch_busy >= SWITCH_BUSY:
+        bottleneck, why = "switch", f"a switch process used {switch_busy:.0%} of a core"
+    elif busiest is not None and busiest["to_ps"] and ps_util >= PS_LINK_BUSY:
+        bottleneck, why = "ps_link", f"the PS link ran at {ps_util:.0%} of its rate"
+    else:
+        bottleneck = "none"
+        if not shaped:
+            why = "no link has a rate (unlimited links), and neither CPU nor switch saturated"
+        else:
+            why = (
+                f"nothing saturated: PS link {ps_util:.0%} of its rate, cores {cpu_high:.0%}, "
+                f"switch {switch_busy:.0%} of a core"
+            )
+    return {
+        "faithful": bottleneck == "ps_link",
+        "bottleneck": bottleneck,
+        "why": why,
+        "seconds": round(seconds, 3),
+        "machine_cpu_busy_mean": round(cpu_mean, 3),
+        "machine_cpu_busy_p90": round(cpu_high, 3),
+        "run_processes_cores": round(ours, 3),
+        "cores": os.cpu_count(),
+        "processes": processes,
+        "links": link_rows,
+        "rx_dropped": sum(r["rx_dropped"] for r in link_rows),
+    }
+
+
+def summarize(phases: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """The run's fidelity block: faithful when every measured phase was; the bottleneck of
+    each phase; the details as measured."""
+    unfaithful = {name: v for name, v in phases.items() if not v["faithful"]}
+    bottlenecks = {name: v["bottleneck"] for name, v in phases.items()}
+    kinds = set(bottlenecks.values())
+    return {
+        "faithful": not unfaithful,
+        "bottleneck": kinds.pop() if len(kinds) == 1 else "mixed",
+        "bottlenecks": bottlenecks,
+        "warning": (
+            None
+            if not unfaithful
+            else "not network-bound: "
+            + "; ".join(f"{name}: {v['bottleneck']} ({v['why']})" for name, v in unfaithful.items())
+        ),
+        "details": dict(phases),
+    }

@@ -1,0 +1,95 @@
+"""The fidelity verdict's rules, on synthetic samples (the runner feeds it /proc and /sys)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from experiment import fidelity
+from experiment.fidelity import LinkProbe, PhaseMonitor, _Sample, summarize, verdict
+
+HZ = os.sysconf("SC_CLK_TCK")
+LINKS = [LinkProbe("h1-s1", "x1", 10.0), LinkProbe("h5-s1", "x5", 10.0, to_ps=True)]
+
+
+def samples(
+    seconds: float,
+    machine_busy: float,
+    switch_cores: float,
+    ps_link_mbps: float,
+    worker_link_mbps: float = 1.0,
+    n: int = 9,
+) -> list[_Sample]:
+    """n evenly spaced samples of a phase that kept these rates the whole time."""
+    out = []
+    for i in range(n):
+        t = seconds * i / (n - 1)
+        total = int(2 * HZ * t)  # two cores
+        out.append(
+            _Sample(
+                t,
+                (int(total * machine_busy), total),
+                {"switch s1": int(HZ * t * switch_cores), "ps0": int(HZ * t * 0.2)},
+                {
+                    "h1-s1": (int(worker_link_mbps * 1e6 / 8 * t), 0, 0),
+                    "h5-s1": (0, int(ps_link_mbps * 1e6 / 8 * t), 0),
+                },
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize(
+    ("busy", "switch", "ps_mbps", "bottleneck"),
+    [
+        (0.97, 0.5, 9.0, "cpu"),  # the cores are saturated, whatever the links did
+        (0.6, 0.95, 9.0, "switch"),  # a switch process at a full core
+        (0.6, 0.5, 9.0, "ps_link"),  # the emulated regime
+        (0.3, 0.2, 2.0, "none"),  # nothing saturated
+    ],
+)
+def test_rules(busy: float, switch: float, ps_mbps: float, bottleneck: str) -> None:
+    v = verdict(samples(4.0, busy, switch, ps_mbps), LINKS)
+    assert v["bottleneck"] == bottleneck
+    assert v["faithful"] is (bottleneck == "ps_link")
+    ps_link = next(r for r in v["links"] if r["to_ps"])
+    assert ps_link["to_host_mbps"] == pytest.approx(ps_mbps, rel=0.01)
+    assert ps_link["utilization_p90"] == pytest.approx(ps_mbps / 10, rel=0.02)
+    assert v["processes"]["switch s1"]["cpu_mean"] == pytest.approx(switch, abs=0.02)
+    assert v["machine_cpu_busy_mean"] == pytest.approx(busy, abs=0.01)
+
+
+def test_a_busier_worker_link_is_not_the_ps_link() -> None:
+    v = verdict(samples(4.0, 0.5, 0.3, ps_link_mbps=6.0, worker_link_mbps=9.0), LINKS)
+    assert v["bottleneck"] == "none"
+
+
+def test_unlimited_links_say_so() -> None:
+    links = [LinkProbe("h5-s1", "x5", None, to_ps=True)]
+    v = verdict(samples(2.0, 0.4, 0.3, ps_link_mbps=50.0), links)
+    assert v["bottleneck"] == "none" and "unlimited" in v["why"]
+
+
+def test_summary_warns_once_per_unfaithful_phase() -> None:
+    ok = verdict(samples(2.0, 0.5, 0.4, 9.0), LINKS)
+    cpu = verdict(samples(2.0, 0.99, 0.4, 9.0), LINKS)
+    s = summarize({"server": ok, "offload": cpu})
+    assert s["faithful"] is False and s["bottleneck"] == "mixed"
+    assert s["warning"].startswith("not network-bound: offload: cpu")
+    assert "server" not in s["warning"]
+    both = summarize({"server": ok, "offload": ok})
+    assert both["faithful"] and both["bottleneck"] == "ps_link" and both["warning"] is None
+
+
+def test_monitor_reads_this_machine() -> None:
+    """The real readers: this process's CPU and loopback's counters, over a short busy loop."""
+    mon = PhaseMonitor({"self": os.getpid()}, [LinkProbe("lo", "lo", None)], interval=0.05)
+    mon.start()
+    end = fidelity.time.monotonic() + 0.3
+    while fidelity.time.monotonic() < end:
+        pass
+    v = mon.stop()
+    assert v["seconds"] >= 0.3
+    assert v["processes"]["self"]["cpu_mean"] > 0.5  # we spun on a core
+    assert 0 < v["machine_cpu_busy_mean"] <= 1
