@@ -207,6 +207,7 @@ def run(cfg: RunConfig) -> int:
             cfg.workers,
             len(exp.topology.parameter_servers),
             agg,
+            model=bound(cfg, config, hot.keys, hot.coverage, len(exp.topology.parameter_servers)),
         )
         print(report.comparison_table(summary), flush=True)
         say(f"results in {run_dir} (runs/latest): summary.json, latency.csv, *.png")
@@ -218,6 +219,29 @@ def run(cfg: RunConfig) -> int:
         say("ERROR: the parameters of the two modes differ; see summary.json params_sha256")
         return 1
     return 0
+
+
+def bound(
+    cfg: RunConfig, config: dict, hot_keys: list[int], coverage: float, shards: int
+) -> dict | None:
+    """The analytical bound of this run (experiment/model.py) with the hot set it used;
+    None where a link has no rate (then no link bound exists)."""
+    from experiment.model import predict, workload_of
+
+    rates = config["link_bandwidth_mbps"]
+    if not rates or None in rates:
+        return None
+    prediction = predict(
+        workload_of(config),
+        cfg.workers,
+        cfg.iterations,
+        min(rates),
+        set(hot_keys),
+        coverage,
+        shards,
+        stream_offset=measured_stream_offset(cfg),
+    )
+    return prediction.as_dict()
 
 
 def keep_running(exp: Experiment) -> None:

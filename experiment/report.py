@@ -180,6 +180,12 @@ def comparison_table(summary: dict) -> str:
     ):
         lines.append(row(key, s[key], o[key], "{:d}"))
     lines.append(f"  exact: {summary['exact']}  ({summary['params_sha256']['offload'][:16]}...)")
+    if summary.get("model"):
+        m = summary["model"]
+        lines.append(
+            f"  PS-link bound: {m['server_ms']:.2f} ms server-only, {m['offload_ms']:.2f} ms "
+            f"offload, {m['speedup']:.2f}x (experiment/model.py)"
+        )
     fid = summary.get("fidelity") or {}
     if fid.get("warning"):
         lines.append(f"  WARNING, {fid['warning']}")
@@ -196,6 +202,7 @@ def build(
     workers: int,
     shards: int,
     agg_switches: list[str],
+    model: dict | None = None,
 ) -> dict:
     sha = {m: params_sha256(phases[m], shards) for m in ("server", "offload")}
     summary = {
@@ -227,6 +234,8 @@ def build(
     summary["offloaded_update_share"] = (
         round(o["updates_in_switch"] / o["updates_total"], 4) if o["updates_total"] else None
     )
+    # The PS-link bound of this configuration (experiment/model.py), beside what was measured.
+    summary["model"] = model
     # Which resource set the pace of each measured phase (experiment/fidelity.py).
     summary["fidelity"] = fidelity.summarize(
         {m: phases[m].fidelity for m in ("server", "offload") if phases[m].fidelity}
