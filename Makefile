@@ -28,13 +28,14 @@ KEEP ?=
 BMV2_BINARY ?= simple_switch_grpc
 export BMV2_BINARY
 
-.PHONY: all run test build bench stop clean lint format check-p4info help
+.PHONY: all run sweep test build bench stop clean lint format check-p4info help
 
 all: help
 
 help:
 	@echo "make test    install on first use, lint, run the test suite (root runs the network tests)"
 	@echo "make run     the Mininet experiment: offloaded vs server-only (as root)"
+	@echo "make sweep   a grid of runs (WORKERS=4,8,16 SKEW=1.1,1.3 SEEDS=1,2 ...), plots, report"
 	@echo "make build   compile p4src/ with p4c-bm2-ss into build/ (if p4c is installed)"
 	@echo "make bench   switch benchmarks, JSON into bench/results/"
 	@echo "make stop    clean up everything a run started"
@@ -80,6 +81,17 @@ run: $(STAMP)
 	    $(if $(TRACE),--workload trace --trace $(TRACE)) \
 	    $(if $(KEEP),--keep)
 
+# The grid's lists, e.g. make sweep WORKERS=4,8 SKEW=1.1 SEEDS=1,2,3: only variables given on
+# the command line are passed (the sweep's own defaults otherwise, not make run's).
+given = $(filter command line,$(origin $(1)))
+sweep: $(STAMP)
+	$(PY) -m experiment sweep --target $(TARGET) \
+	    $(if $(call given,WORKERS),--workers $(WORKERS)) $(if $(call given,SKEW),--skew $(SKEW)) \
+	    $(if $(call given,HOT_SLOTS),--hot-slots $(HOT_SLOTS)) \
+	    $(if $(call given,LOSS),--loss $(LOSS)) $(if $(call given,BW),--bw $(BW)) \
+	    $(if $(call given,SEEDS),--seeds $(SEEDS)) $(if $(call given,SHARDS),--shards $(SHARDS)) \
+	    $(if $(call given,ITERATIONS),--iterations $(ITERATIONS))
+
 bench: $(STAMP)
 	$(PY) -m bench
 
@@ -88,5 +100,5 @@ stop: $(STAMP)
 	$(PY) -m topologies.network cleanup
 
 clean:
-	rm -rf build runs .pytest_cache .ruff_cache bench/results
+	rm -rf build runs sweeps .pytest_cache .ruff_cache bench/results
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

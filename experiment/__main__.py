@@ -139,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep", action="store_true", help="keep the network up after the run, until Ctrl-C"
     )
     sub.add_parser("stop", help="clean up whatever a run left behind")
+    from experiment import sweep
+
+    sweep.add_arguments(sub.add_parser("sweep", help="a grid of runs, plots against the bound"))
     return parser
 
 
@@ -262,6 +265,10 @@ def keep_running(exp: Experiment) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "sweep":
+        from experiment import sweep
+
+        return sweep.main(args)
     if args.command == "stop":
         from topologies.network import cleanup
 

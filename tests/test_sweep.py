@@ -1,0 +1,80 @@
+"""`make sweep`'s pieces without running the grid: options, flattening, table, plots, report."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+import pytest
+
+from experiment import sweep
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    sweep.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_defaults_are_a_grid_of_twelve_runs() -> None:
+    points = sweep.grid(parse())
+    assert len(points) == 3 * 2 * 2  # workers x skew x seeds
+    assert {p.topo for p in points} == {"star:4", "star:8", "star:16"}
+    assert sweep.Point(8, 1.1, 256, 0.0, 10.0, 1, 2).topo == "star:8:2"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("--workers", "0"), ("--loss", "1.5"), ("--bw", "-1"), ("--skew", "nan"), ("--seeds", "x")],
+)
+def test_bad_grids_are_refused(argv: tuple[str, ...]) -> None:
+    try:
+        args = parse(*argv)
+    except SystemExit as e:
+        assert e.code == 2
+        return
+    with pytest.raises(ValueError):
+        sweep.grid(args)
+
+
+def test_flatten_keeps_every_field() -> None:
+    flat = sweep.flatten({"a": {"b": 1, "c": [1, 2]}, "d": None})
+    assert flat == {"a.b": 1, "a.c": "[1, 2]", "d": None}
+
+
+def fake_summary(workers: int, skew: float, seed: int, speedup: float) -> dict:
+    mode = {"ps_packets_in": 100 * workers, "iteration_ms": {"p50": 10.0 * speedup}}
+    return {
+        "target": "embedded",
+        "iterations": 30,
+        "exact": True,
+        "speedup": {"iteration_ms": speedup},
+        "model": {"speedup": 1.25 + 0.1 * skew},
+        "fidelity": {"faithful": seed == 1, "bottleneck": "ps_link" if seed == 1 else "cpu"},
+        "modes": {"server": mode, "offload": {**mode, "ps_packets_in": 70 * workers}},
+    }
+
+
+def test_rows_plots_and_report(tmp_path: Path) -> None:
+    rows = []
+    for workers in (4, 8):
+        for skew in (1.1, 1.3):
+            for seed in (1, 2):
+                point = sweep.Point(workers, skew, 256, 0.0, 10.0, seed, 1)
+                measured = 1.3 if workers == 4 else 1.8
+                rows.append(sweep.row_of(point, fake_summary(workers, skew, seed, measured)))
+    assert rows[0]["model_error"] == pytest.approx(1.3 / 1.36 - 1, abs=1e-3)
+    sweep.write_csv(tmp_path / "results.csv", rows)
+    with open(tmp_path / "results.csv") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 8 and "modes.offload.ps_packets_in" in table[0]
+    figures = sweep.plot(rows, tmp_path, 30)
+    assert figures == ["speedup_vs_workers.png", "speedup_vs_skew.png", "ps_packets.png"]
+    assert all((tmp_path / f).stat().st_size > 10_000 for f in figures)
+    sweep.report(tmp_path, rows, figures, ["W=16 ... (failed)"])
+    text = (tmp_path / "report.md").read_text()
+    # Only seed 1's points are faithful; of those, the 4-worker ones are within 15%.
+    assert "within 15% of the PS-link bound: 2 of 4 (of 8 runs)" in text
+    assert "(not faithful)" in text and "W=16 ... (failed)" in text
+    assert "![ps_packets.png](ps_packets.png)" in text
