@@ -39,6 +39,7 @@ from hosts.protocol import (
     INT32_MAX,
     INT32_MIN,
     KEY_MAX,
+    Hotagg,
     Op,
 )
 from tests.conftest import TEST_JOBS, SwitchUnderTest, running_switch
@@ -226,6 +227,8 @@ class FrameGen:
     def pull(self, port: int) -> tuple[bytes, str]:
         job = WORKERS.get(port, (JOB,))[0]
         keys = [(k, self.rng.choice((0, 0, 0, self.value()))) for k, _ in self.entries(job)]
+        if self.rng.random() < 0.4:  # few hot keys: a chance that all are cached (a hit)
+            keys = [(k, 0) for k in self.rng.sample(list(HOT[job])[:16], self.rng.randint(1, 3))]
         data = frame(
             port,
             self.dst(PS),
@@ -420,7 +423,8 @@ def marker_index(data: bytes) -> int | None:
 
 def summary(data: bytes) -> str:
     try:
-        return Ether(data).summary()
+        pkt = Ether(data)
+        return pkt.summary() + (f"\n        {pkt[Hotagg]!r}" if Hotagg in pkt else "")
     except Exception as e:  # a frame Scapy cannot take apart is still worth showing
         return f"(scapy: {e!r})"
 
@@ -599,9 +603,12 @@ def check(targets: list[Target], frames: list[Frame]) -> None:
     report = diffs[:5] + (
         [f"... and {len(diffs) - 5} more frames with other outputs"] if len(diffs) > 5 else []
     )
+    report += counters[:20] + (
+        [f"... and {len(counters) - 20} more counters"] if len(counters) > 20 else []
+    )
     assert not diffs and not counters, (
-        f"{len(diffs)} of {len(frames)} frames differ (first shown):\n"
-        + "\n".join(report + counters)
+        f"{len(diffs)} of {len(frames)} frames differ (first shown), {len(counters)} counters:\n"
+        + "\n".join(report)
     )
 
 
