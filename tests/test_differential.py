@@ -67,6 +67,9 @@ HOT = {
     OTHER_JOB: {**{100 + i: i for i in range(8)}, 120: SLOTS - 1, 121: SLOTS, 122: 70},
 }
 COLD = list(range(1000, 1012))
+# Half way through, the controller moves hot keys: (job, evicted keys, new offsets). 101
+# takes the slot that 100 aggregated into (slot tags must refuse it in the same iteration).
+MOVE = (JOB, [100, 101, 116], {100: 30, 101: 0, 116: 21})
 WORKERS = {W1: (JOB, (0, 2)), W2: (JOB, (1, 3)), W4: (OTHER_JOB, (0, 1))}  # port -> job, ids
 
 # --- the frame sequence ------------------------------------------------------------------
@@ -277,7 +280,7 @@ class FrameGen:
             Op.COLLECT,
             entries,
             seq=self.rng.randint(1, 50),
-            iteration=self.rng.choice((self.iteration, max(self.iteration - 1, 0))),
+            iteration=self.rng.choice((self.iteration, self.iteration - 1, self.iteration_near())),
             job_id=job,
             flags=flags,
             mask=mask,
@@ -324,6 +327,11 @@ class FrameGen:
                 "ttl edge",
                 "bad IPv4 checksum",
                 "trailing bytes",
+                "count and udp length say fewer entries than carried",
+                "sport and dport 18497",
+                "IPv4 total length wrong",
+                "IPv4 fragment",
+                "IPv4 version not 4 or IHL < 5",
             )
         )
         rng = self.rng
@@ -367,8 +375,21 @@ class FrameGen:
             data = ip_checksum(patch(base, 22, bytes([rng.choice((0, 1, 255))])))
         elif case == "bad IPv4 checksum":
             data = patch(base, 24, rng.randbytes(2))
-        else:  # trailing bytes after the UDP datagram, as Ethernet padding
-            data = base + bytes(rng.randint(1, 40))
+        elif case == "trailing bytes":  # after the UDP datagram, as Ethernet padding
+            data = base + bytes(rng.choice((rng.randint(1, 40), 1400, 8000)))
+        elif case == "count and udp length say fewer entries than carried":
+            fewer = rng.randint(0, base[45]) if base[45] else 0
+            udp_len = struct.unpack_from("!H", base, 38)[0] - 12 * (base[45] - fewer)
+            data = patch(patch(base, 45, bytes([fewer])), 38, struct.pack("!H", udp_len))
+        elif case == "sport and dport 18497":
+            data = patch(base, 34, struct.pack("!H", HOTAGG_PORT))
+        elif case == "IPv4 total length wrong":
+            data = ip_checksum(patch(base, 16, struct.pack("!H", rng.getrandbits(16))))
+        elif case == "IPv4 fragment":
+            data = ip_checksum(patch(base, 20, struct.pack("!H", rng.getrandbits(14))))
+        else:  # IPv4 version not 4 or IHL < 5, etherType still IPv4
+            first = rng.choice((0x05, 0x65, 0xF5, 0x40, 0x44))
+            data = patch(base, 14, bytes([first]))
         return data, case
 
     def one(self, port: int) -> tuple[bytes, str]:
@@ -541,15 +562,22 @@ def configure(targets: list[Target]) -> None:
     assert [t.sut.jobs for t in targets[1:]] == [targets[0].sut.jobs]
 
 
-def drive(targets: list[Target], frames: list[Frame]) -> None:
-    """Send every frame to both switches, a burst (one ingress port) at a time."""
+def drive(targets: list[Target], frames: list[Frame], move_at: int | None = None) -> None:
+    """Send every frame to both switches, a burst (one ingress port) at a time; before frame
+    `move_at`, apply MOVE to both."""
     i = 0
     while i < len(frames):
+        if i == move_at:
+            job, evicted, offsets = MOVE
+            for t in targets:
+                t.sut.evict(job, evicted)
+                t.sut.hot(job, offsets)
         burst = [frames[i]]
         while (
             len(burst) < BURST
             and i + len(burst) < len(frames)
             and frames[i + len(burst)].port == burst[0].port
+            and i + len(burst) != move_at
         ):
             burst.append(frames[i + len(burst)])
         for t in targets:
@@ -598,7 +626,7 @@ def counter_differences(targets: list[Target]) -> list[str]:
 
 def check(targets: list[Target], frames: list[Frame]) -> None:
     configure(targets)
-    drive(targets, frames)
+    drive(targets, frames, move_at=len(frames) // 2)
     diffs = differences(targets, frames)
     counters = counter_differences(targets)
     report = diffs[:5] + (
