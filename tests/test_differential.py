@@ -39,6 +39,7 @@ from hosts.protocol import (
     INT32_MAX,
     INT32_MIN,
     KEY_MAX,
+    NUM_SLOTS,
     Hotagg,
     Op,
 )
@@ -60,11 +61,18 @@ MARKER = b"hamk"
 MARKER_SPORT = 7  # tests.packet_harness.MARKER_SPORT; generated UDP never uses it
 UNROUTED = 9  # host number of an address without a route: 10.0.0.9
 
+# Jobs written as raw table entries, past what the controller would allocate: job -> (job_index,
+# slot_base, slot_count). Job 3's index shares dedup cells with job 1's (index & 15); its
+# slots end at NUM_SLOTS, its slot_count does not; job 4's slot_base is out of range.
+RAW_JOBS = {3: (17, NUM_SLOTS - 8, 2**32 - 1), 4: (255, 2**32 - 1, 5)}
+
 # Hot keys at explicit slot offsets. 116 and 117 share offset 20 (slot conflicts); the
 # offsets of 118, 119, 121 and 122 lie outside their job's range (BAD_SLOT).
 HOT = {
     JOB: {**{100 + i: i for i in range(16)}, 116: 20, 117: 20, 118: SLOTS, 119: 2**32 - 1},
     OTHER_JOB: {**{100 + i: i for i in range(8)}, 120: SLOTS - 1, 121: SLOTS, 122: 70},
+    3: {100: 7, 101: 8, 102: 2**32 - 1, 103: 0, 104: 2**32 - 8},
+    4: {100: 0, 101: 4},
 }
 COLD = list(range(1000, 1012))
 # Half way through, the controller moves hot keys: (job, evicted keys, new offsets). 101
@@ -142,6 +150,8 @@ class FrameGen:
 
     def key(self, job: int) -> int:
         r = self.rng.random()
+        if job in RAW_JOBS and r < 0.6:
+            return self.rng.choice(list(HOT[job]))
         if r < 0.45:
             return self.rng.choice(list(HOT[job])[:16])
         if r < 0.55:
@@ -190,8 +200,12 @@ class FrameGen:
 
     # valid traffic
 
+    def job(self, usual: int) -> int:
+        return usual if self.rng.random() < 0.9 else self.rng.choice(list(RAW_JOBS))
+
     def push(self, port: int) -> tuple[bytes, str]:
         job, workers = WORKERS.get(port, (JOB, (0, 1, 2, 3)))
+        job = self.job(job)
         worker = self.rng.choice(workers)
         history = self.sent_pushes.setdefault(port, [])
         last = self.seqs.get((job, worker), 0)
@@ -229,10 +243,11 @@ class FrameGen:
         return data, kind
 
     def pull(self, port: int) -> tuple[bytes, str]:
-        job = WORKERS.get(port, (JOB,))[0]
+        job = self.job(WORKERS.get(port, (JOB,))[0])
         keys = [(k, self.rng.choice((0, 0, 0, self.value()))) for k, _ in self.entries(job)]
         if self.rng.random() < 0.4:  # few hot keys: a chance that all are cached (a hit)
-            keys = [(k, 0) for k in self.rng.sample(list(HOT[job])[:16], self.rng.randint(1, 3))]
+            hot = list(HOT[job])[:16]
+            keys = [(k, 0) for k in self.rng.sample(hot, self.rng.randint(1, min(3, len(hot))))]
         data = frame(
             port,
             self.dst(PS),
@@ -246,7 +261,7 @@ class FrameGen:
         return data, "pull"
 
     def writeback(self, port: int) -> tuple[bytes, str]:
-        job = self.rng.choice((JOB, JOB, OTHER_JOB))
+        job = self.job(self.rng.choice((JOB, JOB, OTHER_JOB)))
         it = self.rng.choice((self.iteration, self.iteration + 1, self.iteration_near()))
         data = frame(
             port,
@@ -261,7 +276,7 @@ class FrameGen:
         return data, "writeback"
 
     def collect(self, port: int) -> tuple[bytes, str]:
-        job = self.rng.choice((JOB, JOB, OTHER_JOB))
+        job = self.job(self.rng.choice((JOB, JOB, OTHER_JOB)))
         at = {off: k for k, off in HOT[job].items()}
         entries = []
         for _ in range(self.rng.choice((1, 2, 4, 8, 8, 8, 0))):
@@ -551,9 +566,19 @@ def targets() -> Iterator[list[Target]]:
 
 
 def configure(targets: list[Target]) -> None:
-    """The same controller writes to both: fresh pipeline, routes, two jobs, hot keys."""
+    """The same controller writes to both: fresh pipeline, routes, jobs, hot keys."""
     for t in targets:
         t.sut.reset()
+        raw_jobs = [
+            t.sut.p4info.table_entry(
+                "HotaggIngress.jobs",
+                {"job_id": job},
+                "HotaggIngress.set_job",
+                {"job_index": index, "slot_base": base, "slot_count": count},
+            )
+            for job, (index, base, count) in RAW_JOBS.items()
+        ]
+        t.sut.client.write_entries("insert", raw_jobs)
         for job, offsets in HOT.items():
             t.sut.hot(job, offsets)
         t.pending = {p: [] for p in PORTS}
