@@ -30,9 +30,11 @@ import pytest
 from scapy.layers.l2 import Ether
 
 from controller.hot_keys import INSTANCES, table
+from controller.p4info import encode as encode_value
 from controller.stats import Stats
 from hosts.codec import encode, encode_frame, ipv4_checksum
 from hosts.protocol import (
+    CPU_PORT,
     FLAG_INVALIDATE,
     FLAG_RETRANSMIT,
     HOTAGG_PORT,
@@ -60,6 +62,7 @@ BURST = 10  # frames sent back to back from one ingress port before waiting for 
 MARKER = b"hamk"
 MARKER_SPORT = 7  # tests.packet_harness.MARKER_SPORT; generated UDP never uses it
 UNROUTED = 9  # host number of an address without a route: 10.0.0.9
+CPU_NET = bytes([10, 0, 1])  # 10.0.1.0/24 is routed to the CPU port (send_to_cpu)
 
 # Jobs written as raw table entries, past what the controller would allocate: job -> (job_index,
 # slot_base, slot_count). Job 3's index shares dedup cells with job 1's (index & 15); its
@@ -86,9 +89,10 @@ WORKERS = {W1: (JOB, (0, 2)), W2: (JOB, (1, 3)), W4: (OTHER_JOB, (0, 1))}  # por
 @dataclass
 class Frame:
     index: int
-    port: int
+    port: int  # ingress port; CPU_PORT for a PacketOut
     data: bytes
     kind: str
+    egress: int | None = None  # a PacketOut's packet_out.egress_port
 
 
 def patch(data: bytes, offset: int, new: bytes) -> bytes:
@@ -347,6 +351,7 @@ class FrameGen:
                 "IPv4 total length wrong",
                 "IPv4 fragment",
                 "IPv4 version not 4 or IHL < 5",
+                "to the CPU (send_to_cpu route)",
             )
         )
         rng = self.rng
@@ -402,6 +407,8 @@ class FrameGen:
             data = ip_checksum(patch(base, 16, struct.pack("!H", rng.getrandbits(16))))
         elif case == "IPv4 fragment":
             data = ip_checksum(patch(base, 20, struct.pack("!H", rng.getrandbits(14))))
+        elif case == "to the CPU (send_to_cpu route)":
+            data = ip_checksum(patch(base, 30, CPU_NET + bytes([rng.randint(0, 255)])))
         else:  # IPv4 version not 4 or IHL < 5, etherType still IPv4
             first = rng.choice((0x05, 0x65, 0xF5, 0x40, 0x44))
             data = patch(base, 14, bytes([first]))
@@ -412,8 +419,21 @@ class FrameGen:
         weights = (10, 5, 15, 30, 20, 20) if port == PS else (50, 15, 5, 5, 5, 20)
         return self.rng.choices(makers, weights)[0](port)
 
+    def packet_out(self) -> Frame:
+        """A PacketOut from the controller: some frame, to some (or no) port."""
+        make = self.rng.choice((self.push, self.pull, self.passing, self.invalid))
+        data, kind = make(self.rng.choice(PORTS))
+        egress = self.rng.choice((*PORTS, CPU_PORT, 0, 7, 511))
+        if self.rng.random() < 0.1:
+            data = data[: self.rng.randint(0, 20)]
+        kind = f"PacketOut to port {egress}: {kind}"
+        return Frame(len(self.frames), CPU_PORT, data, kind, egress)
+
     def generate(self, n: int) -> list[Frame]:
         while len(self.frames) < n:
+            if self.rng.random() < 0.03:
+                self.frames.append(self.packet_out())
+                continue
             port = self.rng.choices(PORTS, weights=(30, 30, 25, 15))[0]
             for _ in range(self.rng.randint(1, BURST)):
                 if len(self.frames) >= n:
@@ -436,7 +456,15 @@ AUXDATA = struct.Struct("IIIHHHH")  # struct tpacket_auxdata
 
 @functools.cache
 def marker_template(ingress: int, dst: int) -> bytes:
+    """A marker from `ingress` to host `dst`, or with dst CPU_PORT to the CPU's subnet."""
+    if dst == CPU_PORT:
+        return ip_checksum(patch(marker_template(ingress, 1), 30, CPU_NET + b"\xfe"))
     return plain_udp(ingress, dst, MARKER + bytes(4), sport=MARKER_SPORT)
+
+
+def may_reach_cpu(f: Frame) -> bool:
+    """A PacketOut, or an address in CPU_NET (where an untagged or a tagged frame has it)."""
+    return f.egress is not None or any(f.data[o : o + 3] == CPU_NET for o in (26, 30, 34))
 
 
 def marker(ingress: int, dst: int, index: int) -> bytes:
@@ -466,12 +494,17 @@ def summary(data: bytes) -> str:
         return f"(scapy: {e!r})"
 
 
-def show(data: bytes) -> str:
-    return f"{data.hex()}\n        {summary(data)}"
+def show(out: bytes | tuple) -> str:
+    """A frame, or a PacketIn (metadata, payload), as hex and a Scapy summary."""
+    if isinstance(out, tuple):
+        meta, payload = out
+        return f"PacketIn metadata {[(i, v.hex()) for i, v in meta]}, " + show(payload)
+    return f"{out.hex()}\n        {summary(out)}"
 
 
 class Target:
-    """One running switch: sends frames, splits what each port receives by marker."""
+    """One running switch: sends frames, splits what each port (and the CPU port, through
+    PacketIns) receives by marker."""
 
     def __init__(self, name: str, sut: SwitchUnderTest) -> None:
         self.name = name
@@ -481,14 +514,29 @@ class Target:
             # The kernel hands an 802.1Q tag to packet sockets as auxdata, not in the
             # frame; put it back, so a tagged output is seen as it was sent.
             s.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
-        self.pending: dict[int, list[bytes]] = {p: [] for p in PORTS}
-        self.seen: dict[int, int] = {p: -1 for p in PORTS}
-        self.out: dict[int, dict[int, list[bytes]]] = {}  # frame index -> port -> frames
+        meta = sut.p4info.packet_metadata("packet_out").metadata
+        self.egress_id = next(m.id for m in meta if m.name == "egress_port")
+        self.restart()
+
+    def restart(self) -> None:
+        self.pending: dict[int, list] = {p: [] for p in (*PORTS, CPU_PORT)}
+        self.seen: dict[int, int] = {p: -1 for p in (*PORTS, CPU_PORT)}
+        self.cpu_marker = -1  # the last marker sent to the CPU
+        self.out: dict[int, dict[int, list]] = {}  # frame index -> port -> frames
 
     def send(self, f: Frame) -> None:
-        self.sut.ports.send(f.port, f.data)
+        if f.egress is None:
+            self.sut.ports.send(f.port, f.data)
+        else:
+            self.sut.client.packet_out(f.data, {self.egress_id: encode_value(f.egress, 9)})
+
+    def send_markers(self, f: Frame) -> None:
+        ingress = f.port if f.egress is None else W1
         for dst in PORTS:
-            self.sut.ports.send(f.port, marker(f.port, dst, f.index))
+            self.sut.ports.send(ingress, marker(ingress, dst, f.index))
+        if may_reach_cpu(f):
+            self.sut.ports.send(ingress, marker(ingress, CPU_PORT, f.index))
+            self.cpu_marker = f.index
 
     def _recv(self, sock: socket.socket) -> bytes | None:
         try:
@@ -505,34 +553,53 @@ class Target:
                     data = data[:12] + struct.pack("!HH", tpid, tci) + data[12:]
         return data
 
+    def _got(self, port: int, out: bytes | tuple, data: bytes) -> None:
+        i = marker_index(data)
+        if i is None:
+            self.pending[port].append(out)
+            return
+        assert i > self.seen[port], f"{self.name}: port {port} markers out of order"
+        if self.pending[port]:
+            self.out.setdefault(i, {})[port] = self.pending[port]
+        self.pending[port] = []
+        self.seen[port] = i
+
+    def poll(self, timeout: float) -> None:
+        """Take in what the ports and the PacketIn stream have (waiting up to `timeout`)."""
+        ready, _, _ = select.select(list(self.socks.values()), [], [], timeout)
+        for p in PORTS:
+            if self.socks[p] in ready:
+                while (data := self._recv(self.socks[p])) is not None:
+                    if data:
+                        self._got(p, data, data)
+        while (pin := self.sut.client.packet_in(timeout=0)) is not None:
+            meta = tuple((m.metadata_id, m.value) for m in pin.metadata)
+            self._got(CPU_PORT, (meta, pin.payload), pin.payload)
+
+    def late(self, index: int) -> list[int]:
+        return [p for p in PORTS if self.seen[p] < index] + (
+            [CPU_PORT] if self.seen[CPU_PORT] < self.cpu_marker else []
+        )
+
     def wait(self, index: int, timeout: float = 5.0) -> None:
         """Receive until every port saw the markers of frame `index`."""
         deadline = time.monotonic() + timeout
-        while any(self.seen[p] < index for p in PORTS):
+        while late := self.late(index):
             left = deadline - time.monotonic()
-            late = [p for p in PORTS if self.seen[p] < index]
             if left <= 0:
                 raise AssertionError(
                     f"{self.name}: the markers after frame #{index} did not come back on ports "
                     f"{late} within {timeout} s (overload or a crash? see "
                     f"{self.sut.proc.log_path})"
                 )
-            ready, _, _ = select.select([self.socks[p] for p in PORTS], [], [], left)
-            for p in PORTS:
-                if self.socks[p] not in ready:
-                    continue
-                while (data := self._recv(self.socks[p])) is not None:
-                    if not data:
-                        continue
-                    i = marker_index(data)
-                    if i is None:
-                        self.pending[p].append(data)
-                        continue
-                    assert i > self.seen[p], f"{self.name}: port {p} markers out of order"
-                    if self.pending[p]:
-                        self.out.setdefault(i, {})[p] = self.pending[p]
-                    self.pending[p] = []
-                    self.seen[p] = i
+            self.poll(min(left, 0.005) if CPU_PORT in late else left)
+
+    def wait_packet_out(self, f: Frame, timeout: float = 1.0) -> None:
+        """A PacketOut takes another path than the markers: wait for its frame first (a
+        PacketOut to no port gets a moment to show up anyway)."""
+        deadline = time.monotonic() + (timeout if f.egress in (*PORTS, CPU_PORT) else 0.1)
+        while time.monotonic() < deadline and not self.pending.get(f.egress):
+            self.poll(0.005)
 
     def outputs(self, index: int) -> dict[int, list[bytes]]:
         return self.out.get(index, {})
@@ -578,12 +645,16 @@ def configure(targets: list[Target]) -> None:
             )
             for job, (index, base, count) in RAW_JOBS.items()
         ]
-        t.sut.client.write_entries("insert", raw_jobs)
+        to_cpu = t.sut.p4info.table_entry(
+            "HotaggIngress.ipv4_lpm",
+            {"dst_addr": (int.from_bytes(CPU_NET + b"\0", "big"), 24)},
+            "HotaggIngress.send_to_cpu",
+            {},
+        )
+        t.sut.client.write_entries("insert", [*raw_jobs, to_cpu])
         for job, offsets in HOT.items():
             t.sut.hot(job, offsets)
-        t.pending = {p: [] for p in PORTS}
-        t.seen = {p: -1 for p in PORTS}
-        t.out = {}
+        t.restart()
     assert [t.sut.jobs for t in targets[1:]] == [targets[0].sut.jobs]
 
 
@@ -608,28 +679,39 @@ def drive(targets: list[Target], frames: list[Frame], move_at: int | None = None
         for t in targets:
             for f in burst:
                 t.send(f)
+                if f.egress is None:
+                    t.send_markers(f)
+        if burst[0].egress is not None:
+            for t in targets:
+                t.wait_packet_out(burst[0])
+                t.send_markers(burst[0])
         for t in targets:
             t.wait(burst[-1].index)
         i += len(burst)
+    # A last marker to the CPU (egress set: may_reach_cpu) for whatever reached it late.
+    end = Frame(len(frames), W1, b"", "the end: a marker to the CPU after everything", 0)
+    for t in targets:  # whatever reached the CPU after the last marker there
+        t.send_markers(end)
+        t.wait(end.index)
 
 
 def differences(targets: list[Target], frames: list[Frame]) -> list[str]:
     a, b = targets
     found = []
-    for f in frames:
+    end = Frame(len(frames), W1, b"", "(after the last frame)")
+    for f in [*frames, end]:
         got_a, got_b = a.outputs(f.index), b.outputs(f.index)
         if got_a == got_b:
             continue
-        lines = [
-            f"frame #{f.index} ({f.kind}) in on port {f.port}, seed {SEED}:",
-            f"    {show(f.data)}",
-        ]
-        for p in PORTS:
+        how = f"in on port {f.port}" if f.egress is None else f"PacketOut to port {f.egress}"
+        lines = [f"frame #{f.index} ({f.kind}) {how}, seed {SEED}:", f"    {show(f.data)}"]
+        for p in (*PORTS, CPU_PORT):
             if got_a.get(p, []) == got_b.get(p, []):
                 continue
             for t, got in ((a, got_a), (b, got_b)):
                 outs = got.get(p, [])
-                lines.append(f"  port {p}, {t.name}: {len(outs)} frame(s)")
+                where = "CPU port (PacketIn)" if p == CPU_PORT else f"port {p}"
+                lines.append(f"  {where}, {t.name}: {len(outs)} frame(s)")
                 lines += [f"    {show(o)}" for o in outs]
         found.append("\n".join(lines))
     return found
