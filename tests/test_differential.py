@@ -672,7 +672,7 @@ def drive(targets: list[Target], frames: list[Frame], move_at: int | None = None
         while (
             len(burst) < BURST
             and i + len(burst) < len(frames)
-            and frames[i + len(burst)].port == burst[0].port
+            and frames[i + len(burst)].port == burst[0].port != CPU_PORT  # a PacketOut: alone
             and i + len(burst) != move_at
         ):
             burst.append(frames[i + len(burst)])
