@@ -78,9 +78,32 @@ HOT = {
     4: {100: 0, 101: 4},
 }
 COLD = list(range(1000, 1012))
-# Half way through, the controller moves hot keys: (job, evicted keys, new offsets). 101
-# takes the slot that 100 aggregated into (slot tags must refuse it in the same iteration).
-MOVE = (JOB, [100, 101, 116], {100: 30, 101: 0, 116: 21})
+# Shorter prefixes: 10.0.2.0/23 goes to port 2, but 10.0.3.128/25 in it is dropped.
+ROUTES = (((10, 0, 2, 0), 23, "ipv4_forward", 2), ((10, 0, 3, 128), 25, "drop", 0))
+
+
+def move_hot_keys(sut: SwitchUnderTest) -> None:
+    """101 takes the slot that 100 aggregated into: slot tags must refuse it in the same
+    iteration (SLOT_CONFLICT)."""
+    sut.evict(JOB, [100, 101, 116])
+    sut.hot(JOB, {100: 30, 101: 0, 116: 21})
+
+
+def serve_unknown_jobs(sut: SwitchUnderTest) -> None:
+    """The jobs table's default action becomes set_job: unknown job ids get job index 5."""
+    params = {"job_index": 5, "slot_base": 200, "slot_count": 16}
+    entry = sut.p4info.default_entry("HotaggIngress.jobs", "HotaggIngress.set_job", params)
+    sut.client.write_entries("modify", [entry])
+
+
+# Controller writes during the sequence, to both targets before the frame at that fraction
+# of it. A drop rate of 1 (65536/65536) drops every hotagg packet on both, deterministically.
+WRITES = (
+    (0.5, move_hot_keys),
+    (0.6, lambda sut: sut.drop_rate(1.0)),
+    (0.63, lambda sut: sut.drop_rate(0.0)),
+    (0.7, serve_unknown_jobs),
+)
 WORKERS = {W1: (JOB, (0, 2)), W2: (JOB, (1, 3)), W4: (OTHER_JOB, (0, 1))}  # port -> job, ids
 
 # --- the frame sequence ------------------------------------------------------------------
@@ -343,6 +366,7 @@ class FrameGen:
                 "non-hotagg UDP",
                 "reply (sport 18497)",
                 "unrouted",
+                "routed by a shorter prefix (or dropped by one)",
                 "ttl edge",
                 "bad IPv4 checksum",
                 "trailing bytes",
@@ -391,6 +415,9 @@ class FrameGen:
         elif case == "unrouted":
             last = rng.choice((UNROUTED, 0, 255))
             data = ip_checksum(patch(base, 33, bytes([last])))
+        elif case == "routed by a shorter prefix (or dropped by one)":
+            dst = bytes([10, 0, rng.choice((2, 3, 3)), rng.randint(0, 255)])
+            data = ip_checksum(patch(base, 30, dst))
         elif case == "ttl edge":
             data = ip_checksum(patch(base, 22, bytes([rng.choice((0, 1, 255))])))
         elif case == "bad IPv4 checksum":
@@ -651,29 +678,37 @@ def configure(targets: list[Target]) -> None:
             "HotaggIngress.send_to_cpu",
             {},
         )
-        t.sut.client.write_entries("insert", [*raw_jobs, to_cpu])
+        routes = [
+            t.sut.p4info.table_entry(
+                "HotaggIngress.ipv4_lpm",
+                {"dst_addr": (int.from_bytes(bytes(addr), "big"), plen)},
+                f"HotaggIngress.{action}",
+                {"dst_mac": int(host_mac(port).replace(":", ""), 16), "port": port} if port else {},
+            )
+            for addr, plen, action, port in ROUTES
+        ]
+        t.sut.client.write_entries("insert", [*raw_jobs, to_cpu, *routes])
         for job, offsets in HOT.items():
             t.sut.hot(job, offsets)
         t.restart()
     assert [t.sut.jobs for t in targets[1:]] == [targets[0].sut.jobs]
 
 
-def drive(targets: list[Target], frames: list[Frame], move_at: int | None = None) -> None:
-    """Send every frame to both switches, a burst (one ingress port) at a time; before frame
-    `move_at`, apply MOVE to both."""
+def drive(targets: list[Target], frames: list[Frame]) -> None:
+    """Send every frame to both switches, a burst (one ingress port) at a time, with WRITES
+    in between."""
+    writes = {int(len(frames) * at): write for at, write in WRITES}
     i = 0
     while i < len(frames):
-        if i == move_at:
-            job, evicted, offsets = MOVE
+        if i in writes:
             for t in targets:
-                t.sut.evict(job, evicted)
-                t.sut.hot(job, offsets)
+                writes[i](t.sut)
         burst = [frames[i]]
         while (
             len(burst) < BURST
             and i + len(burst) < len(frames)
             and frames[i + len(burst)].port == burst[0].port != CPU_PORT  # a PacketOut: alone
-            and i + len(burst) != move_at
+            and i + len(burst) not in writes
         ):
             burst.append(frames[i + len(burst)])
         for t in targets:
@@ -733,7 +768,7 @@ def counter_differences(targets: list[Target]) -> list[str]:
 
 def check(targets: list[Target], frames: list[Frame]) -> None:
     configure(targets)
-    drive(targets, frames, move_at=len(frames) // 2)
+    drive(targets, frames)
     diffs = differences(targets, frames)
     counters = counter_differences(targets)
     report = diffs[:5] + (
@@ -758,6 +793,7 @@ def test_targets_agree_on_a_long_random_sequence(targets):
             "UNKNOWN_OP",
             "UNKNOWN_JOB",
             "BAD_WORKER",
+            "SIM_DROP",
             "PUSH_DUP",
             "PUSH_STALE",
             "HOT_APPLIED",
