@@ -9,6 +9,15 @@ switch also processes them in the order sent), so each port's output splits exac
 what each frame caused there: per frame and port the bytes must agree. At the end every cell
 of the stats counter and the direct counter of every hot-key table entry must agree as well.
 
+Left out, because the targets cannot agree on them by construction:
+- drop rates strictly between 0 and 1: BMv2's v1model random() draws from a
+  std::default_random_engine seeded with a hash of the thread id (behavioral-model
+  targets/simple_switch/primitives.cpp, modify_field_rng_uniform), which the embedded target
+  cannot reproduce; rates 0 and 1 are deterministic and both are used;
+- frames of one burst from several ingress ports: which port a switch reads first is timing,
+  and the registers make the outputs depend on that order. Bursts never mix ingress ports;
+- frames shorter than 14 bytes: the kernel refuses to send them into a veth at all.
+
 HOTAGG_DIFF_SEED picks another sequence and HOTAGG_DIFF_FRAMES its length, e.g.
 `HOTAGG_DIFF_SEED=7 HOTAGG_DIFF_FRAMES=5000 pytest tests/test_differential.py`.
 """
