@@ -7,6 +7,7 @@ elsewhere). Tests that need root skip cleanly without it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -120,20 +121,22 @@ class SwitchUnderTest:
         self.client.close()
 
 
-@pytest.fixture(scope="module", params=["embedded", "bmv2"])
-def switch_proc(request) -> Iterator[tuple[SwitchProcess, Ports]]:
+@contextlib.contextmanager
+def running_switch(target: str, tag: str = "") -> Iterator[tuple[SwitchProcess, Ports]]:
+    """A switch of `target` on a veth set of its own (`tag` tells several apart in one
+    process); skips with the reason when root or BMv2/p4c are missing."""
     if why := root_missing():
         pytest.skip(why)
-    if request.param == "bmv2" and (why := bmv2_missing()):
+    if target == "bmv2" and (why := bmv2_missing()):
         pytest.skip(f"BMv2 target: {why}")
-    net = VethNet(unique_prefix(), N_PORTS).create()
+    net = VethNet(unique_prefix() + tag, N_PORTS).create()
     ports = Ports(net)
     proc = SwitchProcess(
         "s1",
         dict(net.switch_ifaces),
-        target=request.param,
+        target=target,
         cpu_port=CPU_PORT,
-        log_dir=Path("/tmp/hotagg-test-logs") / request.param,
+        log_dir=Path("/tmp/hotagg-test-logs") / (target + tag),
         seed=1,
     )
     try:
@@ -142,10 +145,18 @@ def switch_proc(request) -> Iterator[tuple[SwitchProcess, Ports]]:
         ports.close()
         net.destroy()
         pytest.fail(str(e))
-    yield proc, ports
-    proc.stop()
-    ports.close()
-    net.destroy()
+    try:
+        yield proc, ports
+    finally:
+        proc.stop()
+        ports.close()
+        net.destroy()
+
+
+@pytest.fixture(scope="module", params=["embedded", "bmv2"])
+def switch_proc(request) -> Iterator[tuple[SwitchProcess, Ports]]:
+    with running_switch(request.param) as running:
+        yield running
 
 
 @pytest.fixture
