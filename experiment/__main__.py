@@ -57,6 +57,10 @@ def positive_float(text: str) -> float:
     return value
 
 
+def bandwidth(text: str) -> float | str:
+    return "auto" if text == "auto" else positive_float(text)
+
+
 def probability(text: str) -> float:
     value = float(text)
     if not 0.0 <= value < 1.0:
@@ -109,10 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--bw",
-        type=positive_float,
+        type=bandwidth,
         default=d.bw,
-        metavar="MBPS",
-        help="bandwidth of every link in Mbit/s, instead of the topology's own",
+        metavar="MBPS|auto",
+        help="bandwidth of every link in Mbit/s, instead of the topology's own; 'auto': the "
+        "highest rate at which a short calibration stays network-bound",
     )
     run.add_argument("--seed", type=int, default=d.seed)
     run.add_argument("--workload", choices=("zipf", "lr", "trace"), default=d.workload)
@@ -153,18 +158,26 @@ def run(cfg: RunConfig) -> int:
     exp.preflight()
     run_dir = exp.make_run_dir()
     config = cfg.as_dict()
-    # what the links really are (the topology's, or BW's): it decides the regime (README)
-    rates = sorted({link.bandwidth or 0.0 for link in exp.topology.links})
-    config["link_bandwidth_mbps"] = [r or None for r in rates]
-    (run_dir / "config.json").write_text(dumps_strict(config, indent=2) + "\n")
-    links = ", ".join("unlimited" if not r else f"{r:g} Mbit/s" for r in rates)
-    say(
-        f"run {run_dir.name}: {cfg.workers} workers, {cfg.iterations} iterations, "
-        f"{cfg.workload} workload, seed {cfg.seed}, loss {cfg.loss}, links {links}"
-    )
+
+    def record_links() -> None:
+        # what the links really are (the topology's, BW's or BW=auto's): it decides the
+        # regime (README)
+        rates = sorted({link.bandwidth or 0.0 for link in exp.topology.links})
+        config["link_bandwidth_mbps"] = [r or None for r in rates]
+        (run_dir / "config.json").write_text(dumps_strict(config, indent=2) + "\n")
+        links = ", ".join("unlimited" if not r else f"{r:g} Mbit/s" for r in rates)
+        say(
+            f"run {run_dir.name}: {cfg.workers} workers, {cfg.iterations} iterations, "
+            f"{cfg.workload} workload, seed {cfg.seed}, loss {cfg.loss}, links {links}"
+        )
+
+    record_links()
     phases = {}
     try:
         exp.start()
+        if cfg.bw == "auto":
+            config["bw_auto"] = calibrate(exp)
+            record_links()
         exp.configure(hot_keys=None)
         # Same workload and seed, read further on: the warm-up learns which keys are popular
         # without seeing the iterations it is then measured on (a trace is profiled from its
@@ -222,6 +235,41 @@ def run(cfg: RunConfig) -> int:
         say("ERROR: the parameters of the two modes differ; see summary.json params_sha256")
         return 1
     return 0
+
+
+def calibrate(exp: Experiment) -> dict:
+    """BW=auto: short server-only phases at rising link rates; the highest rate whose phase
+    was PS-link-bound (experiment/fidelity.py) is the run's rate. Rising, since the first
+    rate that is not network-bound ends the search."""
+    from experiment.runner import AUTO_RATES, CALIBRATION_ITERATIONS
+
+    trials = []
+    chosen = None
+    for mbps in AUTO_RATES:
+        exp.set_bandwidth(mbps)
+        exp.configure(hot_keys=None)  # a fresh pipeline: the phase's seqs start at 1 again
+        phase = exp.run_phase(
+            f"calibrate-{mbps:g}",
+            CALIBRATION_ITERATIONS,
+            collect=False,
+            stream_offset=WARMUP_STREAM_OFFSET,
+        )
+        verdict = phase.fidelity
+        trials.append({"mbps": mbps, "bottleneck": verdict["bottleneck"], "why": verdict["why"]})
+        say(f"BW=auto: {mbps:g} Mbit/s: {verdict['bottleneck']} ({verdict['why']})")
+        if verdict["bottleneck"] != "ps_link":
+            break
+        chosen = mbps
+    if chosen is None:
+        chosen = AUTO_RATES[0]
+        say(
+            f"BW=auto: no rate tried was network-bound; using the lowest, {chosen:g} Mbit/s "
+            "(the summary's fidelity block says what limited the run)"
+        )
+    else:
+        say(f"BW=auto: {chosen:g} Mbit/s, the highest rate at which the PS link set the pace")
+    exp.set_bandwidth(chosen)
+    return {"chosen_mbps": chosen, "trials": trials}
 
 
 def bound(

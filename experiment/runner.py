@@ -51,7 +51,8 @@ class RunConfig:
     seed: int = 1
     workload: str = "zipf"
     warmup: int = 5
-    bw: float | None = None  # Mbit/s on every link, instead of the topology's (None: as given)
+    # Mbit/s on every link, instead of the topology's (None: as given; "auto": calibrated)
+    bw: float | str | None = None
     ps: list[str] = field(default_factory=list)  # PS hosts, for files without hotagg's roles
     runs_dir: Path = REPO_ROOT / "runs"
     grpc_base_port: int = 50051
@@ -64,6 +65,11 @@ class RunConfig:
         d = asdict(self)
         d["topo"], d["runs_dir"] = str(self.topo), str(self.runs_dir)
         return d
+
+
+# BW=auto tries these link rates (Mbit/s), rising, with this many iterations each.
+AUTO_RATES = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
+CALIBRATION_ITERATIONS = 8
 
 
 def trace_path(cfg: RunConfig) -> str | None:
@@ -123,7 +129,9 @@ class Experiment:
             if self.cfg.ps:
                 self.topology = self.topology.with_parameter_servers(self.cfg.ps)
             if self.cfg.bw is not None:
-                self.topology = self.topology.with_bandwidth(self.cfg.bw)
+                # BW=auto starts shaped at the lowest rate it tries; calibrate() moves it.
+                rate = AUTO_RATES[0] if self.cfg.bw == "auto" else float(self.cfg.bw)
+                self.topology = self.topology.with_bandwidth(rate)
         except (OSError, TopologyFileError) as e:
             raise PreflightError(f"TOPO={self.cfg.topo}: {e}") from None
         except KeyError as e:
@@ -242,6 +250,17 @@ class Experiment:
             if hot_keys and self.topology.switches[name].aggregate:
                 report = HotKeys(client, self.p4info).install(job, hot_keys)
                 self.hot_offsets = dict(report.added)
+
+    def set_bandwidth(self, mbps: float) -> None:
+        """Reshape every link of the running network to `mbps` (both ends; the links were
+        built shaped, see preflight), keeping each interface's other settings."""
+        from mininet.link import TCIntf
+
+        for link in self.net.net.links:
+            for intf in (link.intf1, link.intf2):
+                if isinstance(intf, TCIntf):
+                    intf.config(**{**intf.params, "bw": mbps})
+        self.topology = self.topology.with_bandwidth(mbps)
 
     def monitor(self, procs: list[tuple[str, subprocess.Popen]]) -> PhaseMonitor:
         """A fidelity monitor over this phase's processes, the switches and every link."""

@@ -38,11 +38,8 @@ from dataclasses import dataclass, field
 import pytest
 from scapy.layers.l2 import Ether
 
-from controller.hot_keys import INSTANCES, table
-from controller.p4info import encode as encode_value
-from controller.stats import Stats
-from hosts.codec import encode, encode_frame, ipv4_checksum
-from hosts.protocol import (
+from contract.codec import encode, encode_frame, ipv4_checksum
+from contract.constants import (
     CPU_PORT,
     FLAG_INVALIDATE,
     FLAG_RETRANSMIT,
@@ -50,10 +47,14 @@ from hosts.protocol import (
     INT32_MAX,
     INT32_MIN,
     KEY_MAX,
+    MAX_ENTRIES,
     NUM_SLOTS,
-    Hotagg,
     Op,
 )
+from contract.layers import Hotagg
+from contract.names import hot_keys_table
+from controller.p4info import encode as encode_value
+from controller.stats import Stats
 from tests.conftest import TEST_JOBS, SwitchUnderTest, running_switch
 from tests.packet_harness import N_PORTS, SWITCH_MAC, host_ip, host_mac, plain_udp
 
@@ -649,8 +650,10 @@ class Target:
         """(table, job_id, key) -> (packets, bytes) of every hot-key table entry."""
         p4info = self.sut.p4info
         got = {}
-        for i in range(INSTANCES):
-            for entry in self.sut.client.read_table(p4info.wildcard(table(i), counters=True)):
+        for i in range(MAX_ENTRIES):
+            for entry in self.sut.client.read_table(
+                p4info.wildcard(hot_keys_table(i), counters=True)
+            ):
                 e = p4info.decode_entry(entry)
                 got[(e.table, e.match["job_id"], e.match["key"])] = (e.packets, e.bytes)
         return got
