@@ -13,15 +13,17 @@ a phase ran and says which resource limited it:
   bottleneck, as they are in the systems hotagg emulates (README, "Why the links are
   10 Mbit/s").
 
-The rules, in order (THRESHOLDS below):
+The rules, in order (thresholds below):
 
-1. `cpu`: the cores were busy for >= 90% of the phase: every process waited for a core, so
-   times measure the machine's scheduling, not the network.
-2. `switch`: a switch process used >= 90% of a core: the switch, not a link, set the pace
+1. `ps_link`: a PS link, the busiest link, ran at >= 80% of its rate in one direction: the
+   link set the pace, whatever else was busy (the emulated regime).
+2. `cpu`: the cores were busy for >= 90% of the phase: processes waited for a core, so
+   times measure the machine's scheduling, not the network. The details say how much of
+   that was this run's own processes, and how long each waited for a core (schedstat).
+3. `switch`: a switch process used >= 90% of a core: the switch, not a link, set the pace
    (e.g. BMv2's standard build at 10 Mbit/s).
-3. `ps_link`: a PS link carried >= 50% of its rate in one direction, more than any other
-   link: the emulated regime.
-4. `none`: nothing was saturated (the phase waited on timeouts or on the agents' own work).
+4. `ps_link`: the busiest link is a PS link at >= 50% of its rate.
+5. `none`: nothing was saturated (the phase waited on timeouts or on the agents' own work).
 
 A phase is faithful when its bottleneck is `ps_link`. Averages over a whole phase hide short
 saturation, so the CPU and link shares are also taken over every SAMPLE_SECONDS window and
@@ -43,7 +45,8 @@ import numpy as np
 SAMPLE_SECONDS = 0.25
 CPU_BUSY = 0.90  # of all cores: the machine is the bottleneck
 SWITCH_BUSY = 0.90  # of one core: the switch process is the bottleneck
-PS_LINK_BUSY = 0.50  # of the configured rate: the PS link is the bottleneck
+PS_LINK_SATURATED = 0.80  # of the configured rate: the PS link set the pace, whatever else
+PS_LINK_BUSY = 0.50  # of the configured rate: the PS link is the busiest resource
 WINDOW_PERCENTILE = 90
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -64,6 +67,14 @@ def _machine_jiffies() -> tuple[int, int]:
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
     total = sum(fields[:8])  # guest time is already counted in user
     return total - idle, total
+
+
+def _runqueue_wait_ns(pid: int) -> int | None:
+    """Nanoseconds `pid` has spent runnable but waiting for a core (/proc/<pid>/schedstat)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _process_jiffies(pid: int) -> int | None:
@@ -95,6 +106,7 @@ class _Sample:
     machine: tuple[int, int]
     procs: dict[str, int | None]
     links: dict[str, tuple[int, int, int]]
+    waits: dict[str, int | None] = field(default_factory=dict)  # runqueue wait, ns
 
 
 @dataclass
@@ -114,6 +126,7 @@ class PhaseMonitor:
             _machine_jiffies(),
             {label: _process_jiffies(pid) for label, pid in self.procs.items()},
             {p.name: _link_bytes(p.ifname) for p in self.links},
+            {label: _runqueue_wait_ns(pid) for label, pid in self.procs.items()},
         )
 
     def start(self) -> PhaseMonitor:
@@ -163,9 +176,14 @@ def verdict(samples: list[_Sample], links: list[LinkProbe]) -> dict[str, Any]:
     for label in first.procs:
         mean = _share(first.procs[label], last.procs[label], seconds)
         peaks = [_share(a.procs[label], b.procs[label], b.t - a.t) for a, b in windows]
+        w0, w1 = first.waits.get(label), last.waits.get(label)
         processes[label] = {
             "cpu_mean": None if mean is None else round(mean, 3),
             "cpu_p90": round(high([p for p in peaks if p is not None]), 3),
+            # Share of the phase it was runnable but waiting for a core.
+            "runqueue_wait": None
+            if w0 is None or w1 is None or not seconds
+            else round((w1 - w0) / 1e9 / seconds, 3),
         }
     link_rows = []
     for probe in links:
@@ -203,18 +221,23 @@ def verdict(samples: list[_Sample], links: list[LinkProbe]) -> dict[str, Any]:
     ps_links = [r for r in shaped if r["to_ps"]]
     ps_util = max((r["utilization_p90"] for r in ps_links), default=0.0)
     ours = sum(p["cpu_mean"] or 0.0 for p in processes.values())
-    if cpu_high >= CPU_BUSY:
+    waits = [p["runqueue_wait"] for p in processes.values() if p["runqueue_wait"] is not None]
+    ps_is_busiest = busiest is not None and busiest["to_ps"]
+    if ps_is_busiest and ps_util >= PS_LINK_SATURATED:
+        bottleneck, why = "ps_link", f"the PS link ran at {ps_util:.0%} of its rate"
+        if cpu_high >= CPU_BUSY:
+            why += f" (the cores were {cpu_high:.0%} busy too)"
+    elif cpu_high >= CPU_BUSY:
         # Our processes' share tells a saturated run from a machine busy with other work.
-        bottleneck, why = (
-            "cpu",
-            (
-                f"the cores were {cpu_high:.0%} busy (p90 of windows); "
-                f"this run's processes used {ours:.2f} of {os.cpu_count()} cores"
-            ),
+        bottleneck = "cpu"
+        why = (
+            f"the cores were {cpu_high:.0%} busy (p90 of windows); this run's processes "
+            f"used {ours:.2f} of {os.cpu_count()} cores and waited for one up to "
+            f"{max(waits, default=0.0):.0%} of the time"
         )
     elif switch_busy >= SWITCH_BUSY:
         bottleneck, why = "switch", f"a switch process used {switch_busy:.0%} of a core"
-    elif busiest is not None and busiest["to_ps"] and ps_util >= PS_LINK_BUSY:
+    elif ps_is_busiest and ps_util >= PS_LINK_BUSY:
         bottleneck, why = "ps_link", f"the PS link ran at {ps_util:.0%} of its rate"
     else:
         bottleneck = "none"

@@ -126,6 +126,28 @@ def test_loss_keeps_the_run_exact(tmp_path):
     assert offload["switch_stats"]["s1"]["SIM_DROP"] > 0
 
 
+def test_bw_auto_calibrates_and_records_the_verdicts(tmp_path):
+    """BW=auto: rising rates until one is not PS-link-bound; the run uses the last that was
+    (the lowest tried when none was) and records every trial. Which rate wins depends on the
+    machine, so the test checks the rule, not a rate."""
+    proc, summary = run_experiment(tmp_path, "--bw", "auto", "--seed", "6")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert summary["exact"] is True
+    auto = summary["config"]["bw_auto"]
+    trials = auto["trials"]
+    rates = [t["mbps"] for t in trials]
+    assert rates == sorted(rates) and len(rates) >= 1
+    assert all(t["bottleneck"] == "ps_link" for t in trials[:-1])
+    bound = [t["mbps"] for t in trials if t["bottleneck"] == "ps_link"]
+    assert auto["chosen_mbps"] == (bound[-1] if bound else rates[0])
+    assert summary["link_bandwidth_mbps"] == [auto["chosen_mbps"]]
+    fidelity = summary["fidelity"]
+    assert set(fidelity["bottlenecks"]) == {"server", "offload"}
+    assert "BW=auto:" in proc.stdout
+    run_dir = (tmp_path / "runs" / "latest").resolve()
+    assert (run_dir / f"calibrate-{rates[0]:g}").is_dir()
+
+
 def test_training_run_is_exact_so_cached_pulls_were_right(tmp_path):
     # Logistic regression computes its gradients from the pulled parameters, so a wrong
     # value answered from the switch's cache would change the parameters (and `exact`).

@@ -43,9 +43,10 @@ def samples(
 @pytest.mark.parametrize(
     ("busy", "switch", "ps_mbps", "bottleneck"),
     [
-        (0.97, 0.5, 9.0, "cpu"),  # the cores are saturated, whatever the links did
-        (0.6, 0.95, 9.0, "switch"),  # a switch process at a full core
-        (0.6, 0.5, 9.0, "ps_link"),  # the emulated regime
+        (0.97, 0.5, 9.0, "ps_link"),  # a saturated PS link sets the pace, busy cores or not
+        (0.97, 0.5, 4.0, "cpu"),  # the cores are saturated and the link is not
+        (0.6, 0.95, 6.0, "switch"),  # a switch process at a full core
+        (0.6, 0.5, 6.0, "ps_link"),  # the busiest resource is the PS link
         (0.3, 0.2, 2.0, "none"),  # nothing saturated
     ],
 )
@@ -73,7 +74,9 @@ def test_unlimited_links_say_so() -> None:
 
 def test_summary_warns_once_per_unfaithful_phase() -> None:
     ok = verdict(samples(2.0, 0.5, 0.4, 9.0), LINKS)
-    cpu = verdict(samples(2.0, 0.99, 0.4, 9.0), LINKS)
+    assert "busy too" not in ok["why"]
+    assert "busy too" in verdict(samples(2.0, 0.99, 0.4, 9.0), LINKS)["why"]
+    cpu = verdict(samples(2.0, 0.99, 0.4, 3.0), LINKS)
     s = summarize({"server": ok, "offload": cpu})
     assert s["faithful"] is False and s["bottleneck"] == "mixed"
     assert s["warning"].startswith("not network-bound: offload: cpu")
@@ -94,4 +97,5 @@ def test_monitor_reads_this_machine() -> None:
     assert v["seconds"] >= 0.3
     # /proc's accounting agrees with Python's own (to the clock tick and the sampler thread).
     assert v["processes"]["self"]["cpu_mean"] == pytest.approx(cpu_share, abs=0.1)
+    assert 0 <= v["processes"]["self"]["runqueue_wait"] <= 1
     assert 0 < v["machine_cpu_busy_mean"] <= 1
