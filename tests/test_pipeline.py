@@ -163,6 +163,30 @@ def test_send_to_cpu_and_drop_port(p):
     assert p.process(1, frame(dst=2, op=Op.DONE)) == []
 
 
+def test_route_changes_apply_to_the_next_packet(p):
+    """Routing decisions are cached per destination; every ipv4_lpm change empties the cache."""
+    lpm = p.tables[P + "ipv4_lpm"]
+    raw = bytes(Ether(dst=SWITCH_MAC) / IP(dst="10.0.0.2") / UDP() / b"x")
+    push = frame(entries=[(999, 1)], dst=2)  # cold: forwarded to h2
+    assert only(p.process(1, raw), 2)[:6] == mac(2).to_bytes(6, "big")
+    lpm.modify(((0x0A000002, 32),), P + "ipv4_forward", (mac(9), 4))
+    assert only(p.process(1, raw), 4)[:6] == mac(9).to_bytes(6, "big")
+    lpm.modify(((0x0A000002, 32),), P + "send_to_cpu", ())
+    assert only(p.process(1, raw), CPU_PORT)[2:] == raw
+    lpm.modify(((0x0A000002, 32),), P + "drop", ())
+    assert p.process(1, raw) == [] and p.process(1, push) == []
+    assert stats(p)["NO_ROUTE"] == 1
+    lpm.delete(((0x0A000002, 32),))
+    lpm.insert(((0x0A000000, 24),), P + "ipv4_forward", (mac(5), 3))
+    assert only(p.process(1, raw), 3)[:6] == mac(5).to_bytes(6, "big")
+    lpm.clear()
+    assert p.process(1, raw) == []
+    lpm.set_default(P + "ipv4_forward", (mac(6), 1))
+    assert only(p.process(1, raw), 1)[:6] == mac(6).to_bytes(6, "big")
+    p.reset()
+    assert p.process(1, raw) == []
+
+
 def test_non_ipv4_and_ip_options(p):
     assert p.process(1, bytes(Ether() / ARP())) == []
     assert p.process(1, b"\x00" * 12 + b"\x86\xdd" + b"\x00" * 60) == []

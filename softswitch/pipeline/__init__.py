@@ -42,6 +42,9 @@ class Pipeline:
         self.cache_value = r[P + "cache_value"].values
         self.cache_iter = r[P + "cache_iter"].values
         self.cache_key = r[P + "cache_key"].values
+        # ipv4_lpm decisions by destination, valid while route_gen == t_lpm._gen (forwarding)
+        self.route_cache: dict[int, tuple | None] = {}
+        self.route_gen = -1
 
     # process(ingress_port, frame) -> [(egress_port, bytes)]; a plain function as the method
     # saves a call layer per packet.

@@ -13,9 +13,13 @@ from softswitch.pipeline.parser import (
     DROP_PORT,
     ETH_DST,
     ETH_SRC,
+    IP,
+    IP_CSUM,
     IP_DST,
     IP_TTL,
+    IP_WORDS,
     PACKET_IN,
+    U16,
     U32,
     is_ipv4,
     set_ipv4_checksum,
@@ -41,25 +45,65 @@ def emit(out: bytearray, port: int, ingress_port: int) -> Output:
     return [(port, bytes(out))]
 
 
-def route(p: Pipeline, out: bytearray, ingress_port: int, hotagg: bool, nbytes: int) -> Output:
-    """Step 7 of the ingress: look up the destination of `out` and rewrite it for its hop."""
+ROUTE_CACHE_SIZE = 4096  # destinations remembered per version of ipv4_lpm
+_MISS = object()
+
+
+def _decide(p: Pipeline, dst: int) -> tuple[int, bytes | None] | None:
+    """What ipv4_lpm does with `dst`: (port, new destination MAC) for ipv4_forward,
+    (CPU_PORT, None) for send_to_cpu, None for drop."""
     t = p.t_lpm
-    rec = t.lpm_lookup(U32.unpack_from(out, IP_DST)[0]) if t._lens else None
+    rec = t.lpm_lookup(dst) if t._lens else None
     if rec is None:
         rec = t._default_rec
     action = rec[0]
     if action == IPV4_FORWARD:
         dst_mac, port = rec[1]
-        out[ETH_SRC : ETH_SRC + 6] = out[ETH_DST : ETH_DST + 6]
-        out[ETH_DST : ETH_DST + 6] = dst_mac.to_bytes(6, "big")
-        out[IP_TTL] = (out[IP_TTL] - 1) & 0xFF
-        return emit(out, port, ingress_port)
+        return port, dst_mac.to_bytes(6, "big")
     if action == SEND_TO_CPU:
-        return emit(out, CPU_PORT, ingress_port)
-    if hotagg:  # drop
-        p.stats_packets[NO_ROUTE] += 1
-        p.stats_bytes[NO_ROUTE] += nbytes
-    return []
+        return CPU_PORT, None
+    return None
+
+
+def route(p: Pipeline, out: bytearray, ingress_port: int, hotagg: bool, nbytes: int) -> Output:
+    """Step 7 of the ingress: look up the destination of `out` and rewrite it for its hop.
+
+    Lookup results are cached per destination address for as long as ipv4_lpm does not
+    change (Table._gen), so a packet costs one dict lookup instead of the longest-prefix
+    search; the header rewrite and the checksum are done for every packet.
+    """
+    gen = p.t_lpm._gen
+    cache = p.route_cache
+    if p.route_gen != gen:  # ipv4_lpm changed since the cache was filled: start afresh
+        cache = p.route_cache = {}
+        p.route_gen = gen
+    dst = U32.unpack_from(out, IP_DST)[0]
+    hit = cache.get(dst, _MISS)
+    if hit is _MISS:
+        hit = _decide(p, dst)
+        if len(cache) < ROUTE_CACHE_SIZE:
+            cache[dst] = hit
+    if hit is None:  # drop
+        if hotagg:
+            p.stats_packets[NO_ROUTE] += 1
+            p.stats_bytes[NO_ROUTE] += nbytes
+        return []
+    port, dst_mac = hit
+    if dst_mac is not None:  # ipv4_forward
+        out[ETH_SRC : ETH_SRC + 6] = out[ETH_DST : ETH_DST + 6]
+        out[ETH_DST : ETH_DST + 6] = dst_mac
+        out[IP_TTL] = (out[IP_TTL] - 1) & 0xFF
+    # the deparser's checksum (set_ipv4_checksum, inlined): the sum of all words but the
+    # old checksum
+    w = IP_WORDS.unpack_from(out, IP)
+    c = sum(w) - w[5]
+    c = (c & 0xFFFF) + (c >> 16)
+    U16.pack_into(out, IP_CSUM, ~((c & 0xFFFF) + (c >> 16)) & 0xFFFF)
+    if port == CPU_PORT:
+        return [(CPU_PORT, PACKET_IN[ingress_port & 0x1FF] + out)]
+    if port == DROP_PORT:
+        return []
+    return [(port, bytes(out))]
 
 
 def packet_out(frame: bytes) -> Output:

@@ -45,6 +45,8 @@ HOTAGG = Struct("!BBBBHHIIB")
 ENTRY = Struct("!Qi")
 VALUE = Struct("!i")
 IP_WORDS = Struct("!10H")
+# at IP_TOTAL_LEN: totalLen, the 8 bytes up to the addresses, src, dst, then the UDP header
+IP_UDP = Struct("!H8sIIHHHH")
 # ENTRY_LISTS[count] unpacks count entries as a flat (key0, value0, key1, value1, ...) tuple
 ENTRY_LISTS = tuple(Struct("!" + "Qi" * c) for c in range(MAX_ENTRIES + 1))
 
