@@ -111,17 +111,21 @@ def _loop_child(kind: str, ports: dict, prof_path: str | None, ready) -> None:
     runtime.open()
     signal.signal(signal.SIGTERM, lambda *_: runtime._stop.set())
     ready.send(True)
+    cpu = time.process_time()
     if prof_path:
         prof = cProfile.Profile()
         prof.runcall(runtime.run)
         prof.dump_stats(prof_path)
     else:
         runtime.run()
+    ready.send((runtime.stats["rx"], time.process_time() - cpu))
     runtime.close()
 
 
 def run_loop(net, kind: str, hot: bool, seconds: float, seq_base: int, prof_path: str | None):
-    """One child switch, one blast; returns (pps, frames sent)."""
+    """One child switch, one blast; returns (output pps, frames sent, CPU microseconds the
+    child spent per frame it received). The CPU time per frame hardly depends on what else
+    runs on the machine, unlike the rate."""
     from bench.switch_bench import PushStream, blast
 
     ctx = multiprocessing.get_context("fork")
@@ -140,8 +144,9 @@ def run_loop(net, kind: str, hot: bool, seconds: float, seq_base: int, prof_path
         rate = blast(net, stream, net.switch_ifaces[out_port], seconds)
     finally:
         os.kill(child.pid, signal.SIGTERM)
+        rx, cpu = r.recv() if r.poll(15) else (0, 0.0)
         child.join(10)
-    return rate.pps, stream.sent
+    return rate.pps, stream.sent, (cpu / rx * 1e6 if rx else None)
 
 
 def profile_loop(seconds: float, top: int, with_profile: bool) -> dict:
@@ -151,20 +156,26 @@ def profile_loop(seconds: float, top: int, with_profile: bool) -> dict:
     result: dict = {}
     with VethNet(prefix, 2) as net:
         seq = 0
-        rates = {}
+        rates, cpu = {}, {}
         for name, kind, hot in (
             ("bare_loop", "bare", True),
             ("push_hot", "switch", True),
             ("push_cold", "switch", False),
             ("bare_loop_again", "bare", True),
         ):
-            pps, seq = run_loop(net, kind, hot, seconds, seq, None)
-            rates[name] = round(pps, 1)
-            print(f"profile: loop {name}: {pps:,.0f} pps", file=sys.stderr, flush=True)
+            pps, seq, us = run_loop(net, kind, hot, seconds, seq, None)
+            rates[name], cpu[name] = round(pps, 1), us and round(us, 2)
+            print(f"profile: loop {name}: {pps:,.0f} pps, {us:.2f} us CPU/frame", file=sys.stderr)
         bare = (rates["bare_loop"] + rates["bare_loop_again"]) / 2 or 1.0
+        bare_us = (cpu["bare_loop"] + cpu["bare_loop_again"]) / 2
         result["packets_per_s"] = rates
         result["ratio_to_bare_loop"] = {
             c: round(rates[c] / bare, 3) for c in ("push_hot", "push_cold")
+        }
+        result["cpu_us_per_frame"] = cpu
+        # what the rate ratio would be with a core each: bare CPU per frame / switch's
+        result["cpu_ratio_to_bare_loop"] = {
+            c: round(bare_us / cpu[c], 3) for c in ("push_hot", "push_cold")
         }
         if with_profile:
             for name, kind, hot in (
@@ -173,7 +184,7 @@ def profile_loop(seconds: float, top: int, with_profile: bool) -> dict:
                 ("push_cold", "switch", False),
             ):
                 path = f"/tmp/hotagg-profile-{os.getpid()}-{name}.prof"
-                pps, seq = run_loop(net, kind, hot, seconds, seq, path)
+                pps, seq, _ = run_loop(net, kind, hot, seconds, seq, path)
                 st = pstats.Stats(path, stream=io.StringIO())
                 prof_rows = top_functions(st, top)
                 os.unlink(path)
