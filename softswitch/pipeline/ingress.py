@@ -61,8 +61,9 @@ def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
     if dport != HOTAGG_PORT and sport != HOTAGG_PORT:
         return route(p, bytearray(frame), ingress_port, False, n)
     sp, sb = p.stats_packets, p.stats_bytes
-    # step 3: every hotagg packet meets the drop simulator, even one that fails to parse
-    # (drop_sim.sim_drop, inlined: rate 0 draws no random number)
+    # step 3: every hotagg packet meets the drop simulator (the keyless drop_sim table), even
+    # one that fails to parse: r uniform in [0, 65535], dropped when r < rate. Rate 0 draws
+    # nothing: the random stream only matters while loss is simulated.
     rate = p.t_drop._default_rec[1][0]
     if rate and p.rng.getrandbits(16) < rate:
         sp[SIM_DROP] += 1
@@ -90,7 +91,7 @@ def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
         sp[UNKNOWN_OP] += 1
         sb[UNKNOWN_OP] += n
         return []
-    # jobs.lookup_job, inlined: the action that runs decides, so a default set_job serves too
+    # the jobs table (jobs.py): the action that runs decides, so a default set_job serves too
     rec = p.t_jobs._entries.get(job_id) or p.t_jobs._default_rec
     if rec[0] != SET_JOB:
         sp[UNKNOWN_JOB] += 1
