@@ -672,6 +672,16 @@ def test_trailing_padding_survives_removal(p):
     assert Ether(data)[IP].len == 20 + 8 + 20 + 12
 
 
+def test_trailing_padding_survives_an_ack(p):
+    raw = frame(entries=[(100, 1), (101, 2)]) + b"\x07" * 6  # bytes past ipv4.totalLen
+    data = only(p.process(1, raw), 1)
+    assert agg(data).op == Op.PUSH_ACK and agg(data).count == 0
+    assert data[-6:] == b"\x07" * 6 and len(data) == len(raw) - 24
+    pkt = Ether(data)
+    assert pkt[IP].len == 20 + 8 + 20 and pkt[UDP].len == 8 + 20 and pkt[IP].ttl == 63
+    assert pkt.dst == "02:00:00:00:00:01" and checksum(data[14:34]) == 0
+
+
 def test_passthrough_ops_are_unchanged(p):
     for op in (
         Op.PUSH_ACK,
