@@ -187,6 +187,34 @@ def test_route_changes_apply_to_the_next_packet(p):
     assert p.process(1, raw) == []
 
 
+def test_push_outputs_follow_route_changes(p):
+    """Acks and cold forwards reuse the output head of an earlier push with the same head up
+    to the UDP checksum (forwarding.head_template) only while ipv4_lpm is unchanged."""
+    lpm = p.tables[P + "ipv4_lpm"]
+
+    hot = [frame(entries=[(100, 1)], seq=s) for s in (1, 2, 3, 4)]
+    cold = [frame(entries=[(999, 1)], seq=s, worker_id=9) for s in (1, 2, 3, 4)]
+    # the same heads but for the UDP checksum, which the outputs set to 0
+    assert hot[0][:40] == hot[1][:40] and hot[0][40:42] != hot[1][40:42]
+    assert cold[0][:40] == cold[1][:40]
+    ack, fwd = only(p.process(1, hot[0]), 1), only(p.process(1, cold[0]), PS)
+    assert only(p.process(1, hot[1]), 1)[:42] == ack[:42]
+    assert only(p.process(1, cold[1]), PS)[:42] == fwd[:42]
+    for ip_id in (0, 0xBEEF, 0xFFFF):  # another IPv4 id: kept, and the checksum fits it
+        for raw, port in ((hot[1], 1), (cold[1], PS)):
+            data = only(p.process(1, raw[:18] + ip_id.to_bytes(2, "big") + raw[20:]), port)
+            assert data[18:20] == ip_id.to_bytes(2, "big") and checksum(data[14:34]) == 0
+    lpm.modify(((0x0A000001, 32),), P + "ipv4_forward", (mac(7), 4))
+    lpm.modify(((0x0A000003, 32),), P + "ipv4_forward", (mac(8), 2))
+    assert only(p.process(1, hot[2]), 4)[:6] == mac(7).to_bytes(6, "big")
+    assert only(p.process(1, cold[2]), 2)[:6] == mac(8).to_bytes(6, "big")
+    lpm.modify(((0x0A000001, 32),), P + "send_to_cpu", ())
+    lpm.modify(((0x0A000003, 32),), P + "drop", ())
+    assert only(p.process(1, hot[3]), CPU_PORT)[:2] == bytes([0x00, 0x80])  # from port 1
+    assert p.process(1, cold[3]) == [] and stats(p)["NO_ROUTE"] == 1
+    assert stats(p)["PUSH_SWITCH_ACK"] == 7 and stats(p)["COLD_FORWARDED"] == 7  # 3 resent
+
+
 def test_non_ipv4_and_ip_options(p):
     assert p.process(1, bytes(Ether() / ARP())) == []
     assert p.process(1, b"\x00" * 12 + b"\x86\xdd" + b"\x00" * 60) == []

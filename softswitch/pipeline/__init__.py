@@ -45,6 +45,9 @@ class Pipeline:
         # ipv4_lpm decisions by destination, valid while route_gen == t_lpm._gen (forwarding)
         self.route_cache: dict[int, tuple | None] = {}
         self.route_gen = -1
+        # first bytes of PUSH outputs by input head (forwarding.head_template), same validity
+        self.head_cache: tuple[dict, dict] = ({}, {})
+        self.head_gen = -1
 
     # process(ingress_port, frame) -> [(egress_port, bytes)]; a plain function as the method
     # saves a call layer per packet.

@@ -6,6 +6,7 @@ CPU_PORT carries a packet_in header with the port it came in on.
 
 from __future__ import annotations
 
+from struct import Struct
 from typing import TYPE_CHECKING
 
 from hosts.protocol import CPU_PORT, Stat
@@ -16,11 +17,14 @@ from softswitch.pipeline.parser import (
     IP,
     IP_CSUM,
     IP_DST,
+    IP_ID,
     IP_TTL,
     IP_WORDS,
     PACKET_IN,
     U16,
     U32,
+    UDP,
+    answer_headers,
     is_ipv4,
     set_ipv4_checksum,
 )
@@ -104,6 +108,65 @@ def route(p: Pipeline, out: bytearray, ingress_port: int, hotagg: bool, nbytes: 
     if port == DROP_PORT:
         return []
     return [(port, bytes(out))]
+
+
+ANSWER, FORWARD = 0, 1  # the header changes a head template stands for
+HEAD = UDP + 8  # Ethernet, IPv4, UDP: all that route() and those changes touch
+HEAD_CACHE_SIZE = 4096  # heads remembered per change and version of ipv4_lpm
+# an input head without the IPv4 id, the IPv4 checksum and the UDP checksum
+HEAD_KEY = Struct("!18s2x4s2x14s")
+
+
+def head_out(
+    p: Pipeline, frame: bytes, change: int, shrink: int = 0
+) -> tuple[int, bytearray] | None:
+    """(port, first HEAD bytes out) for `frame` after `change` and route(), if that sends it
+    to a port by ipv4_forward; None otherwise (CPU, drop: the caller takes the general path).
+
+    ANSWER is parser.answer_headers with `shrink` (which udp.length in the head fixes), FORWARD
+    processed()'s UDP checksum 0. The output head depends on the input head and ipv4_lpm
+    only, and on the IPv4 id and checksum and the UDP checksum not at all but for the id
+    itself and the new checksum. So the output head computed for id 0 is cached per input
+    head without those fields (one per flow and length) while ipv4_lpm stays the same
+    (Table._gen), like route_cache, and each packet gets its id and the checksum from the
+    cached one's sum plus the id: ones' complement sums are exact under regrouping, so this
+    is the same checksum as set_ipv4_checksum's.
+    """
+    gen = p.t_lpm._gen
+    if p.head_gen != gen:
+        p.head_cache = ({}, {})
+        p.head_gen = gen
+    cache = p.head_cache[change]
+    key = HEAD_KEY.unpack_from(frame)
+    hit = cache.get(key, _MISS)
+    if hit is _MISS:
+        hit = _head_template(p, key, change, shrink)
+        if len(cache) < HEAD_CACHE_SIZE:
+            cache[key] = hit
+    if hit is None:
+        return None
+    port, head, base = hit
+    out = bytearray(head)
+    out[IP_ID] = hi = frame[IP_ID]
+    out[IP_ID + 1] = lo = frame[IP_ID + 1]
+    c = base + (hi << 8 | lo)
+    U16.pack_into(out, IP_CSUM, ~((c & 0xFFFF) + (c >> 16)) & 0xFFFF)
+    return port, out
+
+
+def _head_template(
+    p: Pipeline, key: tuple[bytes, bytes, bytes], change: int, shrink: int
+) -> tuple[int, bytes, int] | None:
+    """(port, output head for IPv4 id 0, its header's ones' complement sum) or None."""
+    before_id, after_id, after_csum = key
+    out = bytearray(b"".join((before_id, b"\0\0", after_id, b"\0\0", after_csum, b"\0\0")))
+    if change == ANSWER:
+        answer_headers(out, out, shrink)
+    routed = route(p, out, 0, False, 0)
+    if len(routed) != 1 or routed[0][0] == CPU_PORT:
+        return None
+    port, head = routed[0]
+    return port, head, ~U16.unpack_from(head, IP_CSUM)[0] & 0xFFFF
 
 
 def packet_out(frame: bytes) -> Output:

@@ -100,10 +100,8 @@ def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
     job = rec[1]
     # step 6
     if op == OP_PUSH:
-        out = push(p, frame, n, count, job_id, job, worker, seq, it)
-        if out is None:
-            return []
-    elif op == OP_PULL:
+        return push(p, frame, n, count, job_id, job, worker, seq, it, ingress_port)
+    if op == OP_PULL:
         out = pull(p, frame, n, count, job_id, job, it)
     elif op == OP_COLLECT:
         out = collect(p, frame, n, count, job, it)

@@ -16,6 +16,14 @@ from hosts.protocol import (
     Op,
     Stat,
 )
+from softswitch.pipeline.forwarding import (
+    ANSWER,
+    FORWARD,
+    HEAD,
+    Output,
+    head_out,
+    route,
+)
 from softswitch.pipeline.hot_key_lookup import BAD_SLOT, SET_SLOT
 from softswitch.pipeline.parser import (
     ENTRIES,
@@ -24,8 +32,7 @@ from softswitch.pipeline.parser import (
     HA_FLAGS,
     HA_MASK,
     HA_OP,
-    IP_TOTAL_LEN,
-    IP_UDP,
+    answer_headers,
     processed,
     remove_entries,
 )
@@ -122,17 +129,18 @@ def push(
     worker: int,
     seq: int,
     it: int,
-) -> bytearray | None:
-    """The PUSH block of docs/design.md; returns the frame to route, or None (dropped)."""
+    ingress_port: int,
+) -> Output:
+    """The PUSH block of docs/design.md, then routing; returns the frames to emit."""
     sp, sb = p.stats_packets, p.stats_bytes
     if seq == 0:
         sp[MALFORMED] += 1
         sb[MALFORMED] += nbytes
-        return None
+        return []
     if worker >= MAX_WORKERS:
         sp[BAD_WORKER] += 1
         sb[BAD_WORKER] += nbytes
-        return None
+        return []
     sp[PUSH] += 1
     sb[PUSH] += nbytes
     d = ((job[0] & 15) << 12) | ((worker & WORKER_MASK) << 6) | (seq & WINDOW_MASK)
@@ -144,40 +152,47 @@ def push(
     elif last > seq:
         sp[PUSH_STALE] += 1
         sb[PUSH_STALE] += nbytes
-        return None
+        return []
     else:
         mask = aggregate(p, frame, nbytes, count, job_id, job, it)
         p.dedup_seq[d] = seq
         p.dedup_mask[d] = mask
     if mask == FULL[count]:
-        # everything was applied here: the switch acks, nothing goes to the PS. The header
-        # changes of shrink_lengths, processed and make_reply, in two struct calls: lengths
-        # minus the entries, addresses and ports swapped, UDP checksum 0
+        # everything was applied here: the switch acks, nothing goes to the PS
+        sp[PUSH_SWITCH_ACK] += 1
+        sb[PUSH_SWITCH_ACK] += nbytes
         shrink = ENTRY_LEN * count
         end = ENTRIES + shrink
-        out = bytearray(frame[:ENTRIES] if nbytes == end else frame[:ENTRIES] + frame[end:])
-        tl, middle, src, dst, sport, dport, ulen, _ = IP_UDP.unpack_from(frame, IP_TOTAL_LEN)
-        IP_UDP.pack_into(
-            out,
-            IP_TOTAL_LEN,
-            (tl - shrink) & 0xFFFF,
-            middle,
-            dst,
-            src,
-            dport,
-            sport,
-            (ulen - shrink) & 0xFFFF,
-            0,
-        )
+        head = head_out(p, frame, ANSWER, shrink)
+        if head is None:
+            out = bytearray(frame[:ENTRIES])
+            answer_headers(out, frame, shrink)
+        else:
+            out = head[1]
+            out += frame[HEAD:ENTRIES]
+        if nbytes != end:
+            out += frame[end:]
         out[HA_OP] = PUSH_ACK
         out[HA_FLAGS] |= FLAG_FROM_SWITCH
         out[HA_COUNT] = 0
         out[HA_MASK] = mask
-        sp[PUSH_SWITCH_ACK] += 1
-        sb[PUSH_SWITCH_ACK] += nbytes
-        return out
+        if head is None:
+            return route(p, out, ingress_port, True, nbytes)
+        return [(head[0], bytes(out))]
+    if mask == 0:  # every entry goes on to the PS: the frame as it came, mask 0, UDP checksum 0
+        sp[COLD_FORWARDED] += count
+        sb[COLD_FORWARDED] += count * nbytes
+        head = head_out(p, frame, FORWARD)
+        if head is None:
+            out = bytearray(frame)
+            processed(out, 0)
+            return route(p, out, ingress_port, True, nbytes)
+        port, out = head
+        out += frame[HEAD:]
+        out[HA_MASK] = 0
+        return [(port, bytes(out))]
     out, kept = remove_entries(frame, count, mask)
     processed(out, mask)
     sp[COLD_FORWARDED] += kept
     sb[COLD_FORWARDED] += kept * nbytes
-    return out
+    return route(p, out, ingress_port, True, nbytes)
