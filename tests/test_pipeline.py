@@ -215,6 +215,18 @@ def test_push_outputs_follow_route_changes(p):
     assert stats(p)["PUSH_SWITCH_ACK"] == 7 and stats(p)["COLD_FORWARDED"] == 7  # 3 resent
 
 
+def test_mixed_push_outputs_follow_route_changes(p):
+    lpm = p.tables[P + "ipv4_lpm"]
+    mixed = [frame(entries=[(100, 1), (999, 2)], seq=s, worker_id=5) for s in (1, 2, 3)]
+    first = only(p.process(1, mixed[0]), PS)
+    assert entries(first) == [(999, 2)] and agg(first).mask == 0b01
+    assert only(p.process(1, mixed[1]), PS) == first[:50] + mixed[1][50:54] + first[54:]
+    lpm.modify(((0x0A000003, 32),), P + "ipv4_forward", (mac(8), 2))
+    data = only(p.process(1, mixed[2]), 2)
+    assert data[:6] == mac(8).to_bytes(6, "big") and checksum(data[14:34]) == 0
+    assert Ether(data)[IP].len == 20 + 8 + 20 + 12 and entries(data) == [(999, 2)]
+
+
 def test_non_ipv4_and_ip_options(p):
     assert p.process(1, bytes(Ether() / ARP())) == []
     assert p.process(1, b"\x00" * 12 + b"\x86\xdd" + b"\x00" * 60) == []

@@ -46,7 +46,7 @@ class Pipeline:
         self.route_cache: dict[int, tuple | None] = {}
         self.route_gen = -1
         # first bytes of PUSH outputs by input head (forwarding.head_template), same validity
-        self.head_cache: tuple[dict, dict] = ({}, {})
+        self.head_cache: dict[int, dict] = {}
         self.head_gen = -1
 
     # process(ingress_port, frame) -> [(egress_port, bytes)]; a plain function as the method

@@ -27,6 +27,7 @@ from softswitch.pipeline.parser import (
     answer_headers,
     is_ipv4,
     set_ipv4_checksum,
+    shrink_lengths,
 )
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def route(p: Pipeline, out: bytearray, ingress_port: int, hotagg: bool, nbytes: 
 
 ANSWER, FORWARD = 0, 1  # the header changes a head template stands for
 HEAD = UDP + 8  # Ethernet, IPv4, UDP: all that route() and those changes touch
-HEAD_CACHE_SIZE = 4096  # heads remembered per change and version of ipv4_lpm
+HEAD_CACHE_SIZE = 4096  # heads remembered per change, shrink and version of ipv4_lpm
 # an input head without the IPv4 id, the IPv4 checksum and the UDP checksum
 HEAD_KEY = Struct("!18s2x4s2x14s")
 
@@ -123,20 +124,25 @@ def head_out(
     """(port, first HEAD bytes out) for `frame` after `change` and route(), if that sends it
     to a port by ipv4_forward; None otherwise (CPU, drop: the caller takes the general path).
 
-    ANSWER is parser.answer_headers with `shrink` (which udp.length in the head fixes), FORWARD
-    processed()'s UDP checksum 0. The output head depends on the input head and ipv4_lpm
-    only, and on the IPv4 id and checksum and the UDP checksum not at all but for the id
-    itself and the new checksum. So the output head computed for id 0 is cached per input
+    ANSWER is parser.answer_headers with `shrink` (which udp.length in the head fixes),
+    FORWARD processed()'s UDP checksum 0 and shrink_lengths by `shrink` (entries taken out).
+    The output head depends on the input head, the change and ipv4_lpm only, and on the
+    IPv4 id and checksum and the UDP checksum not at all but for the id itself and the new
+    checksum. So the output head computed for id 0 is cached per change, shrink and input
     head without those fields (one per flow and length) while ipv4_lpm stays the same
     (Table._gen), like route_cache, and each packet gets its id and the checksum from the
     cached one's sum plus the id: ones' complement sums are exact under regrouping, so this
     is the same checksum as set_ipv4_checksum's.
     """
     gen = p.t_lpm._gen
+    caches = p.head_cache
     if p.head_gen != gen:
-        p.head_cache = ({}, {})
+        caches = p.head_cache = {}
         p.head_gen = gen
-    cache = p.head_cache[change]
+    variant = -1 if change == ANSWER else shrink  # ANSWER's shrink is in the head
+    cache = caches.get(variant)
+    if cache is None:
+        cache = caches[variant] = {}
     key = HEAD_KEY.unpack_from(frame)
     hit = cache.get(key, _MISS)
     if hit is _MISS:
@@ -162,6 +168,8 @@ def _head_template(
     out = bytearray(b"".join((before_id, b"\0\0", after_id, b"\0\0", after_csum, b"\0\0")))
     if change == ANSWER:
         answer_headers(out, out, shrink)
+    elif shrink:
+        shrink_lengths(out, shrink)
     routed = route(p, out, 0, False, 0)
     if len(routed) != 1 or routed[0][0] == CPU_PORT:
         return None

@@ -195,4 +195,8 @@ def push(
     processed(out, mask)
     sp[COLD_FORWARDED] += kept
     sb[COLD_FORWARDED] += kept * nbytes
-    return route(p, out, ingress_port, True, nbytes)
+    head = head_out(p, frame, FORWARD, ENTRY_LEN * (count - kept))
+    if head is None:
+        return route(p, out, ingress_port, True, nbytes)
+    out[:HEAD] = head[1]  # the same lengths and UDP checksum, routed
+    return [(head[0], bytes(out))]
