@@ -1,20 +1,33 @@
-"""Switch ports on Linux interfaces: one AF_PACKET raw socket per port, one packet thread.
+"""Switch ports on Linux interfaces: AF_PACKET raw sockets, one packet thread.
 
 The packet thread is the only caller of `pipeline.process` (PacketOuts from gRPC threads are
 queued to it through `inject`), so the pipeline's register read-modify-writes need no lock.
 Frames the kernel reports as outgoing (our own transmissions, seen again by the socket) are
 ignored. Errors inside the loop are counted and logged, never fatal.
+
+VLAN tags: Linux takes the 802.1Q/802.1ad tag out of a received frame before a packet socket
+sees it and reports it only in PACKET_AUXDATA. BMv2 reads its ports through libpcap, which
+puts the tag back in (pcap-linux.c: a tag is there if tp_vlan_tci != 0 or tp_status has
+TP_STATUS_VLAN_VALID; its TPID is tp_vlan_tpid if that is non-zero or
+TP_STATUS_VLAN_TPID_VALID is set, else 0x8100), so its parser sees the tag's etherType. To
+give the pipeline the same bytes without a recvmsg per frame, each port has two sockets:
+the main one, whose kernel filter passes only frames without a tag (read with
+recvfrom_into, as before), and a tagged one, whose filter passes only tagged frames and
+which has PACKET_AUXDATA on; its frames get the tag put back by `insert_vlan_tag`. Order
+between a port's tagged and untagged frames is not kept (both are still in order each).
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import errno
 import logging
 import os
 import select
 import socket
+import struct
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -31,13 +44,55 @@ RX_BATCH = 64  # frames read from one port before the next port gets its turn
 MAX_FRAME = 65536
 MAX_LOGGED_ERRORS = 20
 
+SO_ATTACH_FILTER = 26
+PACKET_AUXDATA = 8
+TP_STATUS_VLAN_VALID = 0x10
+TP_STATUS_VLAN_TPID_VALID = 0x40
+ETH_P_8021Q = 0x8100
+# struct tpacket_auxdata: tp_status, tp_len, tp_snaplen, tp_mac, tp_net, tp_vlan_tci, tp_vlan_tpid
+AUXDATA = struct.Struct("=IIIHHHH")
+AUX_SPACE = socket.CMSG_SPACE(AUXDATA.size)
+VLAN_TAG = struct.Struct("!HH")  # TPID, TCI
+TAGGED_BUFSIZE = 256 << 10
+
+
+def _vlan_filter(tagged: bool) -> bytes:
+    """A classic BPF program passing only frames with (`tagged`) or without a VLAN tag:
+    ld vlan_tag_present; jeq #0; ret #262144 / ret #0 (the skb's tag, i.e. what auxdata's
+    TP_STATUS_VLAN_VALID reports)."""
+    ld_vlan_present = (0x20, 0, 0, 0xFFFFF000 + 48)  # BPF_LD|BPF_W|BPF_ABS, SKF_AD_VLAN_TAG_PRESENT
+    jeq_0 = (0x15, 1, 0) if tagged else (0x15, 0, 1)  # BPF_JMP|BPF_JEQ|BPF_K, jt, jf
+    insns = (ld_vlan_present, (*jeq_0, 0), (0x06, 0, 0, 0x40000), (0x06, 0, 0, 0))
+    return b"".join(struct.pack("=HBBI", *i) for i in insns)
+
+
+def _attach_filter(sock: socket.socket, program: bytes) -> None:
+    buf = ctypes.create_string_buffer(program, len(program))
+    fprog = struct.pack("@HP", len(program) // 8, ctypes.addressof(buf))
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+
+
+def insert_vlan_tag(frame: bytes | memoryview, ancdata: list) -> bytes:
+    """`frame` with the VLAN tag that PACKET_AUXDATA in `ancdata` reports put back after the
+    MAC addresses, as libpcap does (the module docstring); unchanged if there is none."""
+    for level, kind, data in ancdata:
+        if level == SOL_PACKET and kind == PACKET_AUXDATA and len(data) >= AUXDATA.size:
+            status, _, _, _, _, tci, tpid = AUXDATA.unpack_from(data)
+            if tci or status & TP_STATUS_VLAN_VALID:
+                if not (tpid or status & TP_STATUS_VLAN_TPID_VALID):
+                    tpid = ETH_P_8021Q
+                return b"".join((frame[:12], VLAN_TAG.pack(tpid, tci), frame[12:]))
+    return bytes(frame)
+
 
 class PortError(RuntimeError):
     """A port could not be opened (missing interface, no permission)."""
 
 
-def open_port(ifname: str, bufsize: int = 4 << 20) -> socket.socket:
-    """A non-blocking raw socket bound to `ifname`; raises PortError with the reason."""
+def open_port(ifname: str, bufsize: int = 4 << 20, tagged: bool = False) -> socket.socket:
+    """A non-blocking raw socket bound to `ifname` that receives the frames without a VLAN
+    tag, or with `tagged` only those with one (and their PACKET_AUXDATA); raises PortError
+    with the reason."""
     try:
         socket.if_nametoindex(ifname)
     except OSError:
@@ -55,6 +110,9 @@ def open_port(ifname: str, bufsize: int = 4 << 20) -> socket.socket:
                 sock.setsockopt(socket.SOL_SOCKET, plain, bufsize)
         with contextlib.suppress(OSError):
             sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        _attach_filter(sock, _vlan_filter(tagged))
+        if tagged:
+            sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
         sock.bind((ifname, 0))
         sock.setblocking(False)
     except OSError as e:
@@ -81,6 +139,7 @@ class Runtime:
         self.packet_in = packet_in
         self.bufsize = bufsize
         self.socks: dict[int, socket.socket] = {}
+        self.tagged_socks: dict[int, socket.socket] = {}  # VLAN-tagged frames (module doc)
         self.stats = collections.Counter()
         self._injected: collections.deque[tuple[int, bytes]] = collections.deque()
         self._wake_r = self._wake_w = -1
@@ -92,15 +151,17 @@ class Runtime:
         try:
             for port, ifname in sorted(self.ports.items()):
                 self.socks[port] = open_port(ifname, self.bufsize)
+                self.tagged_socks[port] = open_port(ifname, TAGGED_BUFSIZE, tagged=True)
         except PortError:
             self.close()
             raise
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     def close(self) -> None:
-        for sock in self.socks.values():
+        for sock in (*self.socks.values(), *self.tagged_socks.values()):
             sock.close()
         self.socks.clear()
+        self.tagged_socks.clear()
         for fd in (self._wake_r, self._wake_w):
             if fd >= 0:
                 os.close(fd)
@@ -165,6 +226,28 @@ class Runtime:
             except Exception:
                 self._error(f"injected frame on port {port}")
 
+    def _drain_tagged(self, port: int, sock: socket.socket, buf: bytearray) -> None:
+        """Up to RX_BATCH VLAN-tagged frames of `port`, tag put back, through the pipeline."""
+        view = memoryview(buf)
+        rx = 0
+        for _ in range(RX_BATCH):
+            try:
+                n, ancdata, _, addr = sock.recvmsg_into([buf], AUX_SPACE)
+            except BlockingIOError:
+                break
+            except OSError:
+                self._error(f"receive on port {port} (tagged)")
+                break
+            if addr[2] == PACKET_OUTGOING:
+                continue
+            rx += 1
+            try:
+                self._emit(self.pipeline.process(port, insert_vlan_tag(view[:n], ancdata)))
+            except Exception:
+                self._error(f"tagged frame from port {port}")
+        self.stats["rx"] += rx
+        self.stats["rx_vlan"] += rx
+
     def run(self) -> None:
         """The packet loop; returns after stop()."""
         poller = select.poll()
@@ -172,6 +255,10 @@ class Runtime:
         for port, sock in self.socks.items():
             poller.register(sock.fileno(), select.POLLIN)
             by_fd[sock.fileno()] = (port, sock)
+        tagged = {}
+        for port, sock in self.tagged_socks.items():
+            poller.register(sock.fileno(), select.POLLIN)
+            tagged[sock.fileno()] = (port, sock)
         poller.register(self._wake_r, select.POLLIN)
         buf = bytearray(MAX_FRAME)
         view = memoryview(buf)
@@ -183,6 +270,9 @@ class Runtime:
             for fd, _ in poller.poll(500):
                 if fd == wake:
                     self._drain_injected()
+                    continue
+                if fd in tagged:
+                    self._drain_tagged(*tagged[fd], buf)
                     continue
                 port, sock = by_fd[fd]
                 recv = sock.recvfrom_into

@@ -9,6 +9,9 @@ Fast path for the pipeline (same package, documented here because it is a contra
   `[packets, bytes]` list shared by the record's versions, so modify keeps its counts.
 - `Table._default_rec` is the default action's record (its `ctr` is None).
 - `Table.lpm_lookup(value)` is the longest-prefix lookup of a one-field lpm table.
+- `Table._gen` counts changes of what a lookup can return (entries and default action); it
+  goes up after each change is published, so a cache of lookup results filled while `_gen`
+  was G is stale once `_gen` != G, never before.
 - `Counter.packets`, `Counter.bytes` and `Register.values` are plain lists, cleared in place.
   A signed register keeps two's-complement values as Python ints (the API shows them unsigned).
 """
@@ -118,6 +121,7 @@ class Table:
         # lpm only: prefix length -> {value: record}, and the lengths present, longest first
         self._by_len: dict[int, dict[int, Record]] = {}
         self._lens: tuple[int, ...] = ()
+        self._gen = 0
         self._check_action(*self.initial_default, as_default=True)
         self._default_rec: Record = (self.initial_default[0], self.initial_default[1], None)
 
@@ -194,6 +198,7 @@ class Table:
             if plen not in self._lens:
                 self._lens = tuple(sorted((*self._lens, plen), reverse=True))
         self._entries[key] = rec
+        self._gen += 1
 
     def insert(self, match: Match, action: str, params: tuple[int, ...]) -> None:
         if not self.fields:
@@ -226,6 +231,7 @@ class Table:
                 self._lens = tuple(x for x in self._lens if x != plen)
                 del self._by_len[plen]
         del self._entries[key]
+        self._gen += 1
 
     def get(self, match: Match) -> TableEntry:
         key = self._key(self._norm_match(match))
@@ -255,9 +261,11 @@ class Table:
     def set_default(self, action: str, params: tuple[int, ...]) -> None:
         params = self._check_action(action, params, as_default=True)
         self._default_rec = (action, params, None)
+        self._gen += 1
 
     def reset_default(self) -> None:
         self._default_rec = (self.initial_default[0], self.initial_default[1], None)
+        self._gen += 1
 
     def default(self) -> tuple[str, tuple[int, ...]]:
         rec = self._default_rec
@@ -267,7 +275,7 @@ class Table:
         self._entries.clear()
         self._by_len.clear()
         self._lens = ()
-        self.reset_default()
+        self.reset_default()  # counts as a change (_gen)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -164,6 +164,70 @@ def test_send_to_cpu_and_drop_port(p):
     assert p.process(1, frame(dst=2, op=Op.DONE)) == []
 
 
+def test_route_changes_apply_to_the_next_packet(p):
+    """Routing decisions are cached per destination; every ipv4_lpm change empties the cache."""
+    lpm = p.tables[P + "ipv4_lpm"]
+    raw = bytes(Ether(dst=SWITCH_MAC) / IP(dst="10.0.0.2") / UDP() / b"x")
+    push = frame(entries=[(999, 1)], dst=2)  # cold: forwarded to h2
+    assert only(p.process(1, raw), 2)[:6] == mac(2).to_bytes(6, "big")
+    lpm.modify(((0x0A000002, 32),), P + "ipv4_forward", (mac(9), 4))
+    assert only(p.process(1, raw), 4)[:6] == mac(9).to_bytes(6, "big")
+    lpm.modify(((0x0A000002, 32),), P + "send_to_cpu", ())
+    assert only(p.process(1, raw), CPU_PORT)[2:] == raw
+    lpm.modify(((0x0A000002, 32),), P + "drop", ())
+    assert p.process(1, raw) == [] and p.process(1, push) == []
+    assert stats(p)["NO_ROUTE"] == 1
+    lpm.delete(((0x0A000002, 32),))
+    lpm.insert(((0x0A000000, 24),), P + "ipv4_forward", (mac(5), 3))
+    assert only(p.process(1, raw), 3)[:6] == mac(5).to_bytes(6, "big")
+    lpm.clear()
+    assert p.process(1, raw) == []
+    lpm.set_default(P + "ipv4_forward", (mac(6), 1))
+    assert only(p.process(1, raw), 1)[:6] == mac(6).to_bytes(6, "big")
+    p.reset()
+    assert p.process(1, raw) == []
+
+
+def test_push_outputs_follow_route_changes(p):
+    """Acks and cold forwards reuse the output head of an earlier push with the same head up
+    to the UDP checksum (forwarding.head_template) only while ipv4_lpm is unchanged."""
+    lpm = p.tables[P + "ipv4_lpm"]
+
+    hot = [frame(entries=[(100, 1)], seq=s) for s in (1, 2, 3, 4)]
+    cold = [frame(entries=[(999, 1)], seq=s, worker_id=9) for s in (1, 2, 3, 4)]
+    # the same heads but for the UDP checksum, which the outputs set to 0
+    assert hot[0][:40] == hot[1][:40] and hot[0][40:42] != hot[1][40:42]
+    assert cold[0][:40] == cold[1][:40]
+    ack, fwd = only(p.process(1, hot[0]), 1), only(p.process(1, cold[0]), PS)
+    assert only(p.process(1, hot[1]), 1)[:42] == ack[:42]
+    assert only(p.process(1, cold[1]), PS)[:42] == fwd[:42]
+    for ip_id in (0, 0xBEEF, 0xFFFF):  # another IPv4 id: kept, and the checksum fits it
+        for raw, port in ((hot[1], 1), (cold[1], PS)):
+            data = only(p.process(1, raw[:18] + ip_id.to_bytes(2, "big") + raw[20:]), port)
+            assert data[18:20] == ip_id.to_bytes(2, "big") and checksum(data[14:34]) == 0
+    lpm.modify(((0x0A000001, 32),), P + "ipv4_forward", (mac(7), 4))
+    lpm.modify(((0x0A000003, 32),), P + "ipv4_forward", (mac(8), 2))
+    assert only(p.process(1, hot[2]), 4)[:6] == mac(7).to_bytes(6, "big")
+    assert only(p.process(1, cold[2]), 2)[:6] == mac(8).to_bytes(6, "big")
+    lpm.modify(((0x0A000001, 32),), P + "send_to_cpu", ())
+    lpm.modify(((0x0A000003, 32),), P + "drop", ())
+    assert only(p.process(1, hot[3]), CPU_PORT)[:2] == bytes([0x00, 0x80])  # from port 1
+    assert p.process(1, cold[3]) == [] and stats(p)["NO_ROUTE"] == 1
+    assert stats(p)["PUSH_SWITCH_ACK"] == 7 and stats(p)["COLD_FORWARDED"] == 7  # 3 resent
+
+
+def test_mixed_push_outputs_follow_route_changes(p):
+    lpm = p.tables[P + "ipv4_lpm"]
+    mixed = [frame(entries=[(100, 1), (999, 2)], seq=s, worker_id=5) for s in (1, 2, 3)]
+    first = only(p.process(1, mixed[0]), PS)
+    assert entries(first) == [(999, 2)] and agg(first).mask == 0b01
+    assert only(p.process(1, mixed[1]), PS) == first[:50] + mixed[1][50:54] + first[54:]
+    lpm.modify(((0x0A000003, 32),), P + "ipv4_forward", (mac(8), 2))
+    data = only(p.process(1, mixed[2]), 2)
+    assert data[:6] == mac(8).to_bytes(6, "big") and checksum(data[14:34]) == 0
+    assert Ether(data)[IP].len == 20 + 8 + 20 + 12 and entries(data) == [(999, 2)]
+
+
 def test_non_ipv4_and_ip_options(p):
     assert p.process(1, bytes(Ether() / ARP())) == []
     assert p.process(1, b"\x00" * 12 + b"\x86\xdd" + b"\x00" * 60) == []
@@ -647,6 +711,16 @@ def test_trailing_padding_survives_removal(p):
     data = only(p.process(1, raw), PS)
     assert data[-18:] == raw[-18:] and len(data) == len(raw) - 12
     assert Ether(data)[IP].len == 20 + 8 + 20 + 12
+
+
+def test_trailing_padding_survives_an_ack(p):
+    raw = frame(entries=[(100, 1), (101, 2)]) + b"\x07" * 6  # bytes past ipv4.totalLen
+    data = only(p.process(1, raw), 1)
+    assert agg(data).op == Op.PUSH_ACK and agg(data).count == 0
+    assert data[-6:] == b"\x07" * 6 and len(data) == len(raw) - 24
+    pkt = Ether(data)
+    assert pkt[IP].len == 20 + 8 + 20 and pkt[UDP].len == 8 + 20 and pkt[IP].ttl == 63
+    assert pkt.dst == "02:00:00:00:00:01" and checksum(data[14:34]) == 0
 
 
 def test_passthrough_ops_are_unchanged(p):

@@ -250,3 +250,28 @@ def test_sigterm_stops_a_switch_without_ports():
         assert proc.wait(10) == 0
         proc.stdout.close()
         proc.stderr.close()
+
+
+def _aux(status: int, tci: int, tpid: int) -> list:
+    from softswitch.runtime import AUXDATA, PACKET_AUXDATA, SOL_PACKET
+
+    return [(SOL_PACKET, PACKET_AUXDATA, AUXDATA.pack(status, 60, 60, 0, 14, tci, tpid))]
+
+
+def test_insert_vlan_tag_as_libpcap_does():
+    from softswitch.runtime import (
+        TP_STATUS_VLAN_TPID_VALID,
+        TP_STATUS_VLAN_VALID,
+        insert_vlan_tag,
+    )
+
+    frame = bytes(range(12)) + b"\x08\x00" + b"payload"
+    tag = bytes(range(12)) + b"%s" + b"\x08\x00payload"
+    assert insert_vlan_tag(memoryview(frame), []) == frame
+    assert insert_vlan_tag(frame, _aux(0, 0, 0)) == frame  # no tag
+    # VLAN 0 (priority tag) counts when the kernel says the tag is valid; TPID 0x8100 then
+    assert insert_vlan_tag(frame, _aux(TP_STATUS_VLAN_VALID, 0, 0)) == tag % b"\x81\x00\x00\x00"
+    got = insert_vlan_tag(frame, _aux(TP_STATUS_VLAN_VALID | TP_STATUS_VLAN_TPID_VALID, 5, 0x88A8))
+    assert got == tag % b"\x88\xa8\x00\x05"
+    assert insert_vlan_tag(frame, _aux(0, 0x2007, 0)) == tag % b"\x81\x00\x20\x07"
+    assert insert_vlan_tag(frame, [(0, 0, b"")]) == frame  # other cmsgs are ignored

@@ -210,6 +210,35 @@ def test_direct_counters_and_clear(tables):
     assert lpm.lookup((0x0A000001,)) == (DROP, (), False)
 
 
+def test_gen_changes_after_every_change_a_lookup_can_see(tables):
+    """Table._gen: the pipeline's route cache is valid while it stays the same."""
+    lpm = tables[P + "ipv4_lpm"]
+    seen = [lpm._gen]
+
+    def changed() -> None:
+        assert lpm._gen != seen[-1]
+        seen.append(lpm._gen)
+
+    lpm.insert(((0x0A000001, 32),), FWD, (1, 1))
+    changed()
+    lpm.modify(((0x0A000001, 32),), FWD, (2, 2))
+    changed()
+    lpm.set_default(CPU, ())
+    changed()
+    lpm.reset_default()
+    changed()
+    lpm.delete(((0x0A000001, 32),))
+    changed()
+    lpm.insert(((0x0A000001, 32),), FWD, (1, 1))
+    lpm.clear()
+    assert lpm._gen != seen[-1] and len(lpm) == 0
+    seen.append(lpm._gen)
+    with pytest.raises(EntryNotFound):
+        lpm.delete(((0x0A000001, 32),))
+    lpm.lookup((0x0A000001,))
+    assert lpm._gen == seen[-1]  # failed writes and lookups change nothing
+
+
 def test_counter():
     c = Counter("c", 4)
     c.count(1, 100)

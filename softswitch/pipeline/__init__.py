@@ -41,6 +41,12 @@ class Pipeline:
         self.cache_value = r[names.REGISTER_CACHE_VALUE].values
         self.cache_iter = r[names.REGISTER_CACHE_ITER].values
         self.cache_key = r[names.REGISTER_CACHE_KEY].values
+        # ipv4_lpm decisions by destination, valid while route_gen == t_lpm._gen (forwarding)
+        self.route_cache: dict[int, tuple | None] = {}
+        self.route_gen = -1
+        # first bytes of PUSH outputs by input head (forwarding.head_template), same validity
+        self.head_cache: dict[int, dict] = {}
+        self.head_gen = -1
 
     # process(ingress_port, frame) -> [(egress_port, bytes)]; a plain function as the method
     # saves a call layer per packet.

@@ -15,9 +15,8 @@ from contract.constants import (
     Stat,
 )
 from softswitch.pipeline.collect import collect
-from softswitch.pipeline.drop_sim import sim_drop
 from softswitch.pipeline.forwarding import Output, packet_out, route
-from softswitch.pipeline.jobs import lookup_job
+from softswitch.pipeline.jobs import SET_JOB
 from softswitch.pipeline.parser import (
     ENTRIES,
     HA,
@@ -62,8 +61,11 @@ def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
     if dport != HOTAGG_PORT and sport != HOTAGG_PORT:
         return route(p, bytearray(frame), ingress_port, False, n)
     sp, sb = p.stats_packets, p.stats_bytes
-    # step 3: every hotagg packet meets the drop simulator, even one that fails to parse
-    if sim_drop(p):
+    # step 3: every hotagg packet meets the drop simulator (the keyless drop_sim table), even
+    # one that fails to parse: r uniform in [0, 65535], dropped when r < rate. Rate 0 draws
+    # nothing: the random stream only matters while loss is simulated.
+    rate = p.t_drop._default_rec[1][0]
+    if rate and p.rng.getrandbits(16) < rate:
         sp[SIM_DROP] += 1
         sb[SIM_DROP] += n
         return []
@@ -89,17 +91,17 @@ def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
         sp[UNKNOWN_OP] += 1
         sb[UNKNOWN_OP] += n
         return []
-    job = lookup_job(p, job_id)
-    if job is None:
+    # the jobs table (jobs.py): the action that runs decides, so a default set_job serves too
+    rec = p.t_jobs._entries.get(job_id) or p.t_jobs._default_rec
+    if rec[0] != SET_JOB:
         sp[UNKNOWN_JOB] += 1
         sb[UNKNOWN_JOB] += n
         return []
+    job = rec[1]
     # step 6
     if op == OP_PUSH:
-        out = push(p, frame, n, count, job_id, job, worker, seq, it)
-        if out is None:
-            return []
-    elif op == OP_PULL:
+        return push(p, frame, n, count, job_id, job, worker, seq, it, ingress_port)
+    if op == OP_PULL:
         out = pull(p, frame, n, count, job_id, job, it)
     elif op == OP_COLLECT:
         out = collect(p, frame, n, count, job, it)

@@ -16,6 +16,7 @@ ETH_DST = 0
 ETH_SRC = 6
 IP = 14
 IP_TOTAL_LEN = 16
+IP_ID = 18
 IP_TTL = 22
 IP_PROTO = 23
 IP_CSUM = 24
@@ -45,6 +46,8 @@ HOTAGG = Struct("!BBBBHHIIB")
 ENTRY = Struct("!Qi")
 VALUE = Struct("!i")
 IP_WORDS = Struct("!10H")
+# at IP_TOTAL_LEN: totalLen, the 8 bytes up to the addresses, src, dst, then the UDP header
+IP_UDP = Struct("!H8sIIHHHH")
 # ENTRY_LISTS[count] unpacks count entries as a flat (key0, value0, key1, value1, ...) tuple
 ENTRY_LISTS = tuple(Struct("!" + "Qi" * c) for c in range(MAX_ENTRIES + 1))
 
@@ -107,6 +110,25 @@ def remove_entries(frame: bytes, count: int, mask: int) -> tuple[bytearray, int]
     out[HA_COUNT] = kept
     shrink_lengths(out, ENTRY_LEN * (count - kept))
     return out, kept
+
+
+def answer_headers(out: bytearray, frame: bytes, shrink: int) -> None:
+    """IPv4 and UDP of `frame` as the switch's answer with `shrink` bytes of entries less, into
+    `out`: shrink_lengths, make_reply's address and port swaps and processed's UDP checksum
+    0, in two struct calls."""
+    tl, middle, src, dst, sport, dport, ulen, _ = IP_UDP.unpack_from(frame, IP_TOTAL_LEN)
+    IP_UDP.pack_into(
+        out,
+        IP_TOTAL_LEN,
+        (tl - shrink) & 0xFFFF,
+        middle,
+        dst,
+        src,
+        dport,
+        sport,
+        (ulen - shrink) & 0xFFFF,
+        0,
+    )
 
 
 def shrink_lengths(out: bytearray, shrink: int) -> None:

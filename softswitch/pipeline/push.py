@@ -7,22 +7,34 @@ from typing import TYPE_CHECKING
 from contract.constants import (
     DEDUP_WINDOW,
     ENTRY_LEN,
+    FLAG_FROM_SWITCH,
     INT32_MAX,
     INT32_MIN,
+    MAX_ENTRIES,
     MAX_WORKERS,
     NUM_SLOTS,
     Op,
     Stat,
 )
-from softswitch.pipeline.hot_key_lookup import lookup_slots
+from softswitch.pipeline.forwarding import (
+    ANSWER,
+    FORWARD,
+    HEAD,
+    Output,
+    head_out,
+    route,
+)
+from softswitch.pipeline.hot_key_lookup import BAD_SLOT, SET_SLOT
 from softswitch.pipeline.parser import (
     ENTRIES,
     ENTRY_LISTS,
     HA_COUNT,
-    make_reply,
+    HA_FLAGS,
+    HA_MASK,
+    HA_OP,
+    answer_headers,
     processed,
     remove_entries,
-    shrink_lengths,
 )
 
 if TYPE_CHECKING:
@@ -42,47 +54,68 @@ PUSH_ACK = Op.PUSH_ACK.value
 WINDOW_MASK = DEDUP_WINDOW - 1
 MASK_BITS = tuple(bin(m).count("1") for m in range(256))
 WORKER_MASK = MAX_WORKERS - 1
+FULL = tuple((1 << c) - 1 for c in range(MAX_ENTRIES + 1))
+BITS = tuple(1 << i for i in range(MAX_ENTRIES))
 
 
 def aggregate(
     p: Pipeline, frame: bytes, nbytes: int, count: int, job_id: int, job: tuple, it: int
 ) -> int:
-    """Add the hot entries into this iteration's slot copy; returns the applied mask."""
+    """Add the hot entries into this iteration's slot copy; returns the applied mask.
+
+    Entry i is looked up in instance i as hot_key_lookup.lookup_slots does, inlined here so
+    the eight entries cost one pass: a hit counts on the instance's direct counter, an
+    offset outside the job's range (or past NUM_SLOTS) counts BAD_SLOT and is a miss, and a
+    default action set to set_slot gives a missing key that offset.
+    """
     vals = ENTRY_LISTS[count].unpack_from(frame, ENTRIES)
-    slots = lookup_slots(p, vals, count, job_id, job[1], job[2], nbytes)
+    _, slot_base, slot_count = job
+    limit = min(slot_count, NUM_SLOTS - slot_base)  # both range checks in one compare
     a_iter, a_key, a_val = p.agg_iter, p.agg_key, p.agg_value
-    base = (it & 1) * NUM_SLOTS
-    mask = overflow = conflict = 0
-    bit = 1
-    for slot, key, value in zip(slots, vals[::2], vals[1::2]):
-        if slot >= 0:
-            a = base + slot
-            if a_iter[a] != it:  # lazy reset: the first contribution of an iteration claims it
-                a_iter[a] = it
-                a_key[a] = key
+    base = (it & 1) * NUM_SLOTS + slot_base
+    mask = overflow = conflict = bad = 0
+    for t, set_slot, key, value, bit in zip(p.t_hot, SET_SLOT, vals[::2], vals[1::2], BITS):
+        rec = t._entries.get((job_id, key))
+        if rec is None:
+            rec = t._default_rec
+            if rec[0] != set_slot:
+                continue
+        else:
+            ctr = rec[2]
+            ctr[0] += 1
+            ctr[1] += nbytes
+        a = rec[1][0]
+        if a >= limit:
+            bad += 1
+            continue
+        a += base
+        if a_iter[a] != it:  # lazy reset: the first contribution of an iteration claims it
+            a_iter[a] = it
+            a_key[a] = key
+            a_val[a] = value
+            mask |= bit
+        elif a_key[a] == key:
+            value += a_val[a]
+            if INT32_MIN <= value <= INT32_MAX:
                 a_val[a] = value
                 mask |= bit
-            elif a_key[a] == key:
-                s = a_val[a] + value
-                if INT32_MIN <= s <= INT32_MAX:
-                    a_val[a] = s
-                    mask |= bit
-                else:
-                    overflow += 1
             else:
-                conflict += 1
-        bit <<= 1
-    applied = MASK_BITS[mask]
-    sp, sb = p.stats_packets, p.stats_bytes
-    if applied:
-        sp[HOT_APPLIED] += applied
-        sb[HOT_APPLIED] += applied * nbytes
+                overflow += 1
+        else:
+            conflict += 1
+    if bad:
+        p.stats_packets[BAD_SLOT] += bad
+        p.stats_bytes[BAD_SLOT] += bad * nbytes
+    if mask:
+        applied = MASK_BITS[mask]
+        p.stats_packets[HOT_APPLIED] += applied
+        p.stats_bytes[HOT_APPLIED] += applied * nbytes
     if overflow:
-        sp[OVERFLOW] += overflow
-        sb[OVERFLOW] += overflow * nbytes
+        p.stats_packets[OVERFLOW] += overflow
+        p.stats_bytes[OVERFLOW] += overflow * nbytes
     if conflict:
-        sp[SLOT_CONFLICT] += conflict
-        sb[SLOT_CONFLICT] += conflict * nbytes
+        p.stats_packets[SLOT_CONFLICT] += conflict
+        p.stats_bytes[SLOT_CONFLICT] += conflict * nbytes
     return mask
 
 
@@ -96,17 +129,18 @@ def push(
     worker: int,
     seq: int,
     it: int,
-) -> bytearray | None:
-    """The PUSH block of docs/design.md; returns the frame to route, or None (dropped)."""
+    ingress_port: int,
+) -> Output:
+    """The PUSH block of docs/design.md, then routing; returns the frames to emit."""
     sp, sb = p.stats_packets, p.stats_bytes
     if seq == 0:
         sp[MALFORMED] += 1
         sb[MALFORMED] += nbytes
-        return None
+        return []
     if worker >= MAX_WORKERS:
         sp[BAD_WORKER] += 1
         sb[BAD_WORKER] += nbytes
-        return None
+        return []
     sp[PUSH] += 1
     sb[PUSH] += nbytes
     d = ((job[0] & 15) << 12) | ((worker & WORKER_MASK) << 6) | (seq & WINDOW_MASK)
@@ -118,24 +152,51 @@ def push(
     elif last > seq:
         sp[PUSH_STALE] += 1
         sb[PUSH_STALE] += nbytes
-        return None
+        return []
     else:
         mask = aggregate(p, frame, nbytes, count, job_id, job, it)
         p.dedup_seq[d] = seq
         p.dedup_mask[d] = mask
-    if mask == (1 << count) - 1:
+    if mask == FULL[count]:
         # everything was applied here: the switch acks, nothing goes to the PS
-        out = bytearray(frame[:ENTRIES])
-        out += frame[ENTRIES + ENTRY_LEN * count :]
-        out[HA_COUNT] = 0
-        shrink_lengths(out, ENTRY_LEN * count)
-        processed(out, mask)
-        make_reply(out, PUSH_ACK)
         sp[PUSH_SWITCH_ACK] += 1
         sb[PUSH_SWITCH_ACK] += nbytes
-        return out
+        shrink = ENTRY_LEN * count
+        end = ENTRIES + shrink
+        head = head_out(p, frame, ANSWER, shrink)
+        if head is None:
+            out = bytearray(frame[:ENTRIES])
+            answer_headers(out, frame, shrink)
+        else:
+            out = head[1]
+            out += frame[HEAD:ENTRIES]
+        if nbytes != end:
+            out += frame[end:]
+        out[HA_OP] = PUSH_ACK
+        out[HA_FLAGS] |= FLAG_FROM_SWITCH
+        out[HA_COUNT] = 0
+        out[HA_MASK] = mask
+        if head is None:
+            return route(p, out, ingress_port, True, nbytes)
+        return [(head[0], bytes(out))]
+    if mask == 0:  # every entry goes on to the PS: the frame as it came, mask 0, UDP checksum 0
+        sp[COLD_FORWARDED] += count
+        sb[COLD_FORWARDED] += count * nbytes
+        head = head_out(p, frame, FORWARD)
+        if head is None:
+            out = bytearray(frame)
+            processed(out, 0)
+            return route(p, out, ingress_port, True, nbytes)
+        port, out = head
+        out += frame[HEAD:]
+        out[HA_MASK] = 0
+        return [(port, bytes(out))]
     out, kept = remove_entries(frame, count, mask)
     processed(out, mask)
     sp[COLD_FORWARDED] += kept
     sb[COLD_FORWARDED] += kept * nbytes
-    return out
+    head = head_out(p, frame, FORWARD, ENTRY_LEN * (count - kept))
+    if head is None:
+        return route(p, out, ingress_port, True, nbytes)
+    out[:HEAD] = head[1]  # the same lengths and UDP checksum, routed
+    return [(head[0], bytes(out))]
