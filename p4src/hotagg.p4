@@ -28,8 +28,6 @@
 #include "include/hot_key_lookup.p4"
 #include "include/dedup.p4"
 #include "include/slot_store.p4"
-#include "include/param_cache.p4"
-#include "include/entry_ops.p4"
 
 control HotaggIngress(inout headers_t hdr,
                       inout local_metadata_t meta,
@@ -54,7 +52,7 @@ control HotaggIngress(inout headers_t hdr,
     HotKeyLookup() lookup6;
     HotKeyLookup() lookup7;
     Dedup() dedup;
-    EntryOps(stats) entry_ops;
+    SlotStore(stats) slots;
     FromController() from_controller;
     Reply() reply;
 
@@ -65,11 +63,37 @@ control HotaggIngress(inout headers_t hdr,
         meta.dropped = true;
     }
 
+    // A PUSH whose every present entry the switch applied: none is left for the PS.
+    @hidden
+    action remove_all_entries() {
+        bit<16> removed_bytes = ((bit<16>)hdr.hotagg.count) * ENTRY_LEN;
+        hdr.entries[0].setInvalid();
+        hdr.entries[1].setInvalid();
+        hdr.entries[2].setInvalid();
+        hdr.entries[3].setInvalid();
+        hdr.entries[4].setInvalid();
+        hdr.entries[5].setInvalid();
+        hdr.entries[6].setInvalid();
+        hdr.entries[7].setInvalid();
+        hdr.hotagg.count = 0;
+        hdr.ipv4.totalLen = hdr.ipv4.totalLen - removed_bytes;
+        hdr.udp.length = hdr.udp.length - removed_bytes;
+    }
+
+    @hidden
+    action shrink_by_removed() {
+        bit<16> removed_bytes = ((bit<16>)meta.removed_count) * ENTRY_LEN;
+        hdr.hotagg.count = hdr.hotagg.count - meta.removed_count;
+        hdr.ipv4.totalLen = hdr.ipv4.totalLen - removed_bytes;
+        hdr.udp.length = hdr.udp.length - removed_bytes;
+    }
+
     apply {
         meta.dropped = false;
         meta.is_hotagg = false;
         meta.lookup_keys = false;
         meta.push_fresh = false;
+        meta.rewrite = false;
         meta.present = 0;
         meta.mask = 0;
         meta.cached = 0;
@@ -77,7 +101,6 @@ control HotaggIngress(inout headers_t hdr,
         meta.job.found = false;
         meta.entry.hit = false;
         meta.entry.offset = 0;
-        meta.entry.remove = false;
         bool switch_op = false;     // op 1, 3, 7 or 9 of a known job: processed here
 
         if (hdr.packet_out.isValid()) {
@@ -154,9 +177,11 @@ control HotaggIngress(inout headers_t hdr,
                     stats.count(STAT_PULL);
                     switch_op = true;
                     meta.lookup_keys = true;
+                    meta.rewrite = true;
                 } else if (hdr.hotagg.op == OP_COLLECT) {
                     stats.count(STAT_COLLECT);
                     switch_op = true;
+                    meta.rewrite = true;
                 } else if (hdr.hotagg.op == OP_WRITEBACK) {
                     stats.count(STAT_WRITEBACK);
                     switch_op = true;
@@ -186,15 +211,22 @@ control HotaggIngress(inout headers_t hdr,
                         dedup.apply(true, meta.job.index, hdr.hotagg.worker_id,
                                     hdr.hotagg.seq, meta.mask, recorded);
                     }
-                    // Removed entries shrink count and both lengths; nothing left for the PS
-                    // (every present entry applied): the switch acks.
-                    bit<16> removed_bytes = ((bit<16>)meta.removed_count) * ENTRY_LEN;
-                    hdr.hotagg.count = hdr.hotagg.count - meta.removed_count;
-                    hdr.ipv4.totalLen = hdr.ipv4.totalLen - removed_bytes;
-                    hdr.udp.length = hdr.udp.length - removed_bytes;
+                    // Applied entries are removed, shrinking count and both lengths;
+                    // nothing left for the PS (every present entry applied): the switch acks.
                     if (meta.mask == meta.present) {
+                        remove_all_entries();
                         reply.apply(hdr, OP_PUSH_ACK);
                         stats.count(STAT_PUSH_SWITCH_ACK);
+                    } else if (meta.mask != 0) {
+                        HOTAGG_REMOVE_IF_APPLIED(0)
+                        HOTAGG_REMOVE_IF_APPLIED(1)
+                        HOTAGG_REMOVE_IF_APPLIED(2)
+                        HOTAGG_REMOVE_IF_APPLIED(3)
+                        HOTAGG_REMOVE_IF_APPLIED(4)
+                        HOTAGG_REMOVE_IF_APPLIED(5)
+                        HOTAGG_REMOVE_IF_APPLIED(6)
+                        HOTAGG_REMOVE_IF_APPLIED(7)
+                        shrink_by_removed();
                     }
                 } else if (hdr.hotagg.op == OP_PULL) {
                     // All-or-nothing: answered only when every entry hit (and there is one);

@@ -88,11 +88,18 @@ def layout() -> tuple[dict[str, list[tuple[str, str]]], dict[str, str]]:
 
 
 def key_width(expr: str, params: dict[str, str]) -> int:
-    if expr in params:
-        return width(params[expr])
-    headers, struct = layout()
-    _, member, sub = expr.split(".")
-    return width(dict((f, t) for t, f in headers[struct[member]])[sub])
+    """Width of a table key: a control parameter, or a path through hdr/meta, whose types
+    are the headers and structs of headers.p4."""
+    text = source("headers.p4")
+    types = {
+        m[2]: {f: t for t, f in fields(braced(text, m.end()))}
+        for m in re.finditer(r"(header|struct)\s+(\w+)", text)
+    }
+    root, *path = expr.split(".")
+    typ = {"hdr": "headers_t", "meta": "local_metadata_t", **params}[root]
+    for member in path:
+        typ = types[typ][member]
+    return width(typ)
 
 
 ANNOTATIONS = r"(?P<annots>(?:@\w+(?:\([^)]*\))?\s*)*)"
@@ -440,11 +447,10 @@ def test_register_owners_are_instantiated_once():
     # A register declared in a control instantiated twice would exist twice.
     owners_ = {m[1] for m in re.finditer(r"control\s+(\w+)", control_sources())
                if "register<" in control(m[1])[0]}  # fmt: skip
-    users = owners_ | {"EntryOps"}  # EntryOps holds SlotStore and ParamCache
     text = strip_comments((P4SRC / "hotagg.p4").read_text()) + control_sources()
     counts = Counter(re.findall(r"\b([A-Z]\w*)\([^)]*\)\s+\w+;", text))
-    assert owners_ == {"Dedup", "SlotStore", "ParamCache"}
-    assert {c: counts[c] for c in users} == dict.fromkeys(users, 1)
+    assert owners_ == {"Dedup", "SlotStore"}
+    assert {c: counts[c] for c in owners_} == dict.fromkeys(owners_, 1)
 
 
 # ---- the committed P4Info is the generator's output ----

@@ -121,11 +121,20 @@ struct job_meta_t {
     slot_t      slot_count;
 }
 
-// The entry position being processed: written afresh for each position, read only there.
+// The entry position being processed (HOTAGG_PROCESS_ENTRY): written afresh for each
+// position and read only there. The per-entry controls work on this copy of the entry, so
+// they need no header stack index (p4c has no loops, and BMv2 keys cannot name a stack
+// element without a copy anyway).
 struct entry_meta_t {
-    bool   hit;                 // its key is hot for this job (lookup_i hit)
-    slot_t offset;              // the hit's slot offset, relative to job.slot_base
-    bool   remove;              // PUSH: applied in the switch, so not emitted
+    entry_mask_t position;      // 1 << i for position i
+    hot_key_t    key;           // entries[i], as received; PULL and COLLECT rewrite it
+    value_t      value;
+    bool         hit;           // lookup_i: the key is hot for this job ...
+    slot_t       offset;        // ... at this slot offset, relative to job.slot_base
+    slot_t       slot;          // job.slot_base + offset, once checked
+    bool         touched;       // COLLECT: the slot's copy holds this iteration ...
+    hot_key_t    held_key;      // ... for this key ...
+    value_t      held_value;    // ... with this sum
 }
 
 struct local_metadata_t {
@@ -136,6 +145,7 @@ struct local_metadata_t {
     bool         is_hotagg;     // UDP from or to HOTAGG_PORT (a request or a reply)
     bool         lookup_keys;   // this request's entries are looked up in the hot-key tables
     bool         push_fresh;    // PUSH of a new seq: its entries are aggregated
+    bool         rewrite;       // PULL, COLLECT: entries leave as EntryOps left meta.entry
     entry_mask_t present;       // bit i set iff entries[i] is present: (1 << count) - 1
     entry_mask_t mask;          // the mask the op builds; becomes hdr.hotagg.mask
     entry_mask_t cached;        // COLLECT: the reply's `cached` bitmap
