@@ -199,14 +199,21 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
 
 // Entry position I: into meta.entry; looked up in hot-key table instance I when the op
 // asks for it; the op's work on the slot state; back into the packet if the op rewrites
-// entries (PULL, COLLECT).
+// entries (PULL, COLLECT). The load is written in both branches so that BMv2 runs it in
+// one action with the copy of the lookup key that p4c makes (a table key cannot name a
+// header stack element), instead of one action more per entry.
+#define HOTAGG_LOAD_ENTRY(I)                                                          \
+    meta.entry.position = 8w1 << I;                                                   \
+    meta.entry.key = hdr.entries[I].key;                                              \
+    meta.entry.value = hdr.entries[I].value;
+
 #define HOTAGG_PROCESS_ENTRY(I)                                                       \
     if (hdr.entries[I].isValid()) {                                                   \
-        meta.entry.position = 8w1 << I;                                               \
-        meta.entry.key = hdr.entries[I].key;                                          \
-        meta.entry.value = hdr.entries[I].value;                                      \
         if (meta.lookup_keys) {                                                       \
+            HOTAGG_LOAD_ENTRY(I)                                                      \
             lookup##I.apply(hdr, meta);                                               \
+        } else {                                                                      \
+            HOTAGG_LOAD_ENTRY(I)                                                      \
         }                                                                             \
         slots.apply(hdr, meta);                                                       \
         if (meta.rewrite) {                                                           \
