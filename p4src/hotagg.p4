@@ -4,11 +4,13 @@
  *
  * docs/design.md §1-2 is the normative contract; the embedded target (softswitch/) runs the
  * same pipeline byte for byte. This file only declares and sequences controls; each concern
- * lives in one file of p4src/include/ (a control with typed parameters). Tables, actions
- * and registers declared inside those controls keep the P4Info names of docs/design.md §2
- * (HotaggIngress.<name>) through @name(".HotaggIngress.<name>"); registers live in controls
- * that are instantiated once. Controls that count take the stats counter as a constructor
- * argument. Per-packet state is local_metadata_t (headers.p4).
+ * lives in one file of p4src/include/. Tables, actions and registers declared inside those
+ * controls keep the P4Info names of docs/design.md §2 (HotaggIngress.<name>) through
+ * @name(".HotaggIngress.<name>"); registers live in controls that are instantiated once
+ * (Dedup, SlotStore). Controls that count take the stats counter as a constructor argument.
+ * Per-packet state is local_metadata_t (headers.p4). Controls applied once per packet take
+ * narrow typed parameters; the per-entry ones (HotKeyLookup, SlotStore) take hdr and meta
+ * whole, because p4c copies narrower arguments at every call and BMv2 pays a table per copy.
  *
  * Compile: p4c-bm2-ss --p4v 16 --p4runtime-files build/hotagg.p4info.txtpb \
  *              -o build/hotagg.json p4src/hotagg.p4
@@ -41,7 +43,7 @@ control HotaggIngress(inout headers_t hdr,
 
     Forwarding(stats) forwarding;
     JobTable() job_table;
-    DropSim() drop_sim;
+    DropSim() drop_simulator;
     // One hot-key table instance per entry position (p4c applies a table once per pass).
     HotKeyLookup() lookup0;
     HotKeyLookup() lookup1;
@@ -54,13 +56,27 @@ control HotaggIngress(inout headers_t hdr,
     Dedup() dedup;
     SlotStore(stats) slots;
     FromController() from_controller;
-    Reply() reply;
 
     @hidden
     action count_and_drop(stat_t reason) {
         stats.count(reason);
         mark_to_drop(standard_metadata);
         meta.dropped = true;
+    }
+
+    // Turn a request into the switch's reply reply_op: mark it, swap IPv4 addresses and UDP
+    // ports; Forwarding then routes it back to the sender. (An action, not a control: p4c
+    // would copy the three headers in and out of a control at each of its four calls.)
+    @hidden
+    action make_reply(op_t reply_op) {
+        hdr.hotagg.op = reply_op;
+        hdr.hotagg.flags = hdr.hotagg.flags | FLAG_FROM_SWITCH;
+        ipv4_addr_t addr = hdr.ipv4.srcAddr;
+        hdr.ipv4.srcAddr = hdr.ipv4.dstAddr;
+        hdr.ipv4.dstAddr = addr;
+        l4_port_t port = hdr.udp.srcPort;
+        hdr.udp.srcPort = hdr.udp.dstPort;
+        hdr.udp.dstPort = port;
     }
 
     // A PUSH whose every present entry the switch applied: none is left for the PS.
@@ -120,7 +136,7 @@ control HotaggIngress(inout headers_t hdr,
             // Step 3: every hotagg packet passes the drop simulator.
             if (meta.is_hotagg) {
                 bool lost;
-                drop_sim.apply(lost);
+                drop_simulator.apply(lost);
                 if (lost) {
                     count_and_drop(STAT_SIM_DROP);
                 }
@@ -215,7 +231,7 @@ control HotaggIngress(inout headers_t hdr,
                     // nothing left for the PS (every present entry applied): the switch acks.
                     if (meta.mask == meta.present) {
                         remove_all_entries();
-                        reply.apply(hdr, OP_PUSH_ACK);
+                        make_reply(OP_PUSH_ACK);
                         stats.count(STAT_PUSH_SWITCH_ACK);
                     } else if (meta.mask != 0) {
                         HOTAGG_REMOVE_IF_APPLIED(0)
@@ -232,16 +248,16 @@ control HotaggIngress(inout headers_t hdr,
                     // All-or-nothing: answered only when every entry hit (and there is one);
                     // otherwise on to the PS, hit entries carrying the cached values.
                     if (hdr.hotagg.count > 0 && meta.mask == meta.present) {
-                        reply.apply(hdr, OP_PULL_REPLY);
+                        make_reply(OP_PULL_REPLY);
                         stats.count(STAT_PULL_HIT);
                     } else {
                         stats.count(STAT_PULL_MISS);
                     }
                 } else if (hdr.hotagg.op == OP_COLLECT) {
                     hdr.hotagg.cached = meta.cached;
-                    reply.apply(hdr, OP_COLLECT_REPLY);
+                    make_reply(OP_COLLECT_REPLY);
                 } else {
-                    reply.apply(hdr, OP_WRITEBACK_ACK);
+                    make_reply(OP_WRITEBACK_ACK);
                 }
                 // A switch op the switch processed (and kept): no UDP checksum.
                 hdr.udp.checksum = 0;

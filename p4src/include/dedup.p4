@@ -39,31 +39,28 @@ control Dedup(in bool record,
     @name(".HotaggIngress.dedup_mask") @id(HOTAGG_ID_REGISTER_DEDUP_MASK)
     register<entry_mask_t>(DEDUP_SIZE) dedup_mask;
 
-    // The verdict on seq at its cell; a duplicate's mask is the stored one, a fresh one's 0.
-    @hidden
-    action check_seq(reg_index_t cell) {
-        seq_t last_seq;
-        entry_mask_t stored_mask;
-        dedup_seq.read(last_seq, cell);
-        dedup_mask.read(stored_mask, cell);
-        verdict = last_seq == seq ? DedupVerdict.DUPLICATE :
-                  (last_seq > seq ? DedupVerdict.STALE : DedupVerdict.FRESH);
-        mask = last_seq == seq ? stored_mask : 0;
-    }
-
     @hidden
     action record_seq(reg_index_t cell) {
         dedup_seq.write(cell, seq);
         dedup_mask.write(cell, mask);
-        verdict = DedupVerdict.FRESH;
     }
 
     apply {
         reg_index_t cell = dedup_cell(job_index, worker_id, seq);
+        verdict = DedupVerdict.FRESH;
         if (record) {
             record_seq(cell);
         } else {
-            check_seq(cell);
+            seq_t last_seq;
+            dedup_seq.read(last_seq, cell);
+            if (last_seq == seq) {
+                verdict = DedupVerdict.DUPLICATE;
+                dedup_mask.read(mask, cell);
+            } else if (last_seq > seq) {
+                verdict = DedupVerdict.STALE;
+            } else {
+                mask = 0;
+            }
         }
     }
 }

@@ -1,5 +1,5 @@
 /*
- * hotagg: IPv4 routing, the controller's port, and the switch's replies.
+ * hotagg: IPv4 routing and the controller's port.
  *
  * Forwarding owns ipv4_lpm and its actions; @name(".HotaggIngress.<name>") keeps their
  * P4Info names those of docs/design.md §2 while they are declared in this control.
@@ -29,21 +29,6 @@ control FromController(inout headers_t hdr, inout standard_metadata_t standard_m
             to_controller.apply(hdr.packet_in, standard_metadata.ingress_port);
         }
         hdr.packet_out.setInvalid();
-    }
-}
-
-// Turn a request into the switch's reply reply_op: mark it, swap IPv4 addresses and UDP
-// ports; Forwarding then routes it back to the sender.
-control Reply(inout headers_t hdr, in op_t reply_op) {
-    apply {
-        hdr.hotagg.op = reply_op;
-        hdr.hotagg.flags = hdr.hotagg.flags | FLAG_FROM_SWITCH;
-        ipv4_addr_t addr = hdr.ipv4.srcAddr;
-        hdr.ipv4.srcAddr = hdr.ipv4.dstAddr;
-        hdr.ipv4.dstAddr = addr;
-        l4_port_t port = hdr.udp.srcPort;
-        hdr.udp.srcPort = hdr.udp.dstPort;
-        hdr.udp.dstPort = port;
     }
 }
 

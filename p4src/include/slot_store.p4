@@ -12,8 +12,7 @@
  * Owns the agg and cache registers (P4Info names kept by @name(".HotaggIngress.<name>")).
  * HotaggIngress instantiates it once and applies it to each entry position in turn
  * (HOTAGG_PROCESS_ENTRY), on meta.entry. All cells start at 0. BMv2 runs ingress in one
- * thread, so a read-modify-write in one pass is not interleaved with another packet's; each
- * is one straight-line action (whatever it refuses, it rewrites as it read).
+ * thread, so a read-modify-write in one pass is not interleaved with another packet's.
  */
 #ifndef HOTAGG_SLOT_STORE_P4
 #define HOTAGG_SLOT_STORE_P4
@@ -32,6 +31,11 @@ reg_index_t agg_index(in iteration_t iteration, in slot_t slot) {
 // Takes hdr and meta whole: p4c passes those through, while a narrower argument (a
 // header, a struct member, an argument of a nested control) is copied in and out at every
 // call, which costs BMv2 an extra table per entry.
+//
+// Decisions are if-statements and every register access sits in a small action named by
+// its effect: BMv2 evaluates a condition cheaply, while a "branch-free" action full of ?:
+// made p4c inline each boolean into every use and doubled BMv2's instructions per packet
+// (callgrind).
 control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stats) {
 
     @name(".HotaggIngress.agg_value") @id(HOTAGG_ID_REGISTER_AGG_VALUE)
@@ -48,147 +52,173 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
     @name(".HotaggIngress.cache_key") @id(HOTAGG_ID_REGISTER_CACHE_KEY)
     register<hot_key_t>(NUM_SLOTS) cache_key;
 
-    bool refreshed = false;
+    // The current entry's slot copy (agg) and cache cell, as read.
+    reg_index_t copy_index;
+    iteration_t copy_iter;
+    hot_key_t copy_key;
+    value_t copy_value;
+    value_t copy_sum;           // copy_value + the entry's value (int32, two's complement)
+    reg_index_t cell_index;
+    iteration_t cell_iter;
+    hot_key_t cell_key;
+    value_t cell_value;
 
-    // Aggregate the entry into its slot's copy for this iteration: claim a copy of another
-    // iteration; add to a copy of this key unless the add overflows int32 (the PS then sums
-    // the entry in int64); refuse another key's copy. An offset outside the job is BAD_SLOT.
-    // One straight-line read-modify-write: whatever is refused rewrites what it read.
-    @hidden
-    action accumulate() {
-        bool usable = slot_in_job(meta.job, meta.entry.offset);
-        reg_index_t index = agg_index(hdr.hotagg.iteration, meta.job.slot_base + meta.entry.offset);
-        iteration_t held_iter;
-        hot_key_t held_key;
-        value_t held_value;
-        agg_iter.read(held_iter, index);
-        agg_key.read(held_key, index);
-        agg_value.read(held_value, index);
-        bool claim = usable && held_iter != hdr.hotagg.iteration;
-        bool same_key = held_key == meta.entry.key;
-        value_t sum = held_value + meta.entry.value;
-        // Signed overflow: both addends share a sign that the sum lacks.
-        bool overflow = held_value[31:31] == meta.entry.value[31:31] &&
-                        sum[31:31] != held_value[31:31];
-        bool added = usable && !claim && same_key && !overflow;
-        agg_iter.write(index, claim ? hdr.hotagg.iteration : held_iter);
-        agg_key.write(index, claim ? meta.entry.key : held_key);
-        agg_value.write(index, claim ? meta.entry.value : (added ? sum : held_value));
-        meta.mask = meta.mask | ((claim || added) ? meta.entry.position : 0);
-        stats.count(!usable ? STAT_BAD_SLOT :
-                    ((claim || added) ? STAT_HOT_APPLIED :
-                     (same_key ? STAT_OVERFLOW : STAT_SLOT_CONFLICT)));
-    }
+    // ---- aggregation copies ----
 
-    // The slot's copy, if it holds this iteration (touched): its key and sum; else 0, 0.
+    // meta.entry.offset is checked (slot_in_job) before any of these actions.
     @hidden
     action read_copy() {
-        reg_index_t index = agg_index(hdr.hotagg.iteration, meta.entry.slot);
-        iteration_t held_iter;
-        hot_key_t held_key;
-        value_t held_value;
-        agg_iter.read(held_iter, index);
-        agg_key.read(held_key, index);
-        agg_value.read(held_value, index);
-        meta.entry.touched = held_iter == hdr.hotagg.iteration;
-        meta.entry.held_key = meta.entry.touched ? held_key : 0;
-        meta.entry.held_value = meta.entry.touched ? held_value : 0;
+        meta.entry.slot = meta.job.slot_base + meta.entry.offset;
+        copy_index = agg_index(hdr.hotagg.iteration, meta.entry.slot);
+        agg_iter.read(copy_iter, copy_index);
+        agg_key.read(copy_key, copy_index);
+        agg_value.read(copy_value, copy_index);
+        copy_sum = copy_value + meta.entry.value;
     }
 
-    // A hit iff the cell holds this key for this iteration: the entry takes its value.
+    // A copy of another iteration: this entry claims it (lazy reset).
     @hidden
-    action serve() {
-        reg_index_t cell = meta.entry.slot & SLOT_MASK;
-        iteration_t held_iter;
-        hot_key_t held_key;
-        value_t held_value;
-        cache_iter.read(held_iter, cell);
-        cache_key.read(held_key, cell);
-        cache_value.read(held_value, cell);
-        bool hit = held_iter == hdr.hotagg.iteration && held_key == meta.entry.key;
-        meta.entry.value = hit ? held_value : meta.entry.value;
-        meta.mask = meta.mask | (hit ? meta.entry.position : 0);
+    action claim_copy() {
+        agg_iter.write(copy_index, hdr.hotagg.iteration);
+        agg_key.write(copy_index, meta.entry.key);
+        agg_value.write(copy_index, meta.entry.value);
+        meta.mask = meta.mask | meta.entry.position;
+        stats.count(STAT_HOT_APPLIED);
+    }
+
+    @hidden
+    action add_to_copy() {
+        agg_value.write(copy_index, copy_sum);
+        meta.mask = meta.mask | meta.entry.position;
+        stats.count(STAT_HOT_APPLIED);
+    }
+
+    // ---- cache cells ----
+
+    @hidden
+    action read_cell() {
+        meta.entry.slot = meta.job.slot_base + meta.entry.offset;
+        cell_index = meta.entry.slot & SLOT_MASK;
+        cache_iter.read(cell_iter, cell_index);
+        cache_key.read(cell_key, cell_index);
+        cache_value.read(cell_value, cell_index);
+    }
+
+    @hidden
+    action serve_from_cell() {
+        meta.entry.value = cell_value;
+        meta.mask = meta.mask | meta.entry.position;
     }
 
     // The cell holds this key's value, valid for pulls of this iteration.
     @hidden
-    action fill() {
-        reg_index_t cell = meta.entry.slot & SLOT_MASK;
-        cache_key.write(cell, meta.entry.key);
-        cache_value.write(cell, meta.entry.value);
-        cache_iter.write(cell, hdr.hotagg.iteration);
+    action fill_cell() {
+        meta.entry.slot = meta.job.slot_base + meta.entry.offset;
+        cell_index = meta.entry.slot & SLOT_MASK;
+        cache_key.write(cell_index, meta.entry.key);
+        cache_value.write(cell_index, meta.entry.value);
+        cache_iter.write(cell_index, hdr.hotagg.iteration);
         meta.mask = meta.mask | meta.entry.position;
         stats.count(STAT_CACHE_WRITE);
     }
 
-    // Only a cell that holds the expected key (meta.entry.key) is touched. INVALIDATE untags
-    // it (tag 0, never `cached`); else a cell tagged with this iteration moves on by the
-    // slot's sum for that key, params(t+1) = params(t) - sum(t), and is tagged t + 1, unless
-    // the subtraction overflows int32. Repeatable: once tagged t + 1 it is not refreshed
-    // again, and stays `cached`.
     @hidden
-    action refresh_or_invalidate() {
-        reg_index_t cell = meta.entry.slot & SLOT_MASK;
-        iteration_t held_iter;
-        hot_key_t held_key;
-        value_t held_value;
-        cache_iter.read(held_iter, cell);
-        cache_key.read(held_key, cell);
-        cache_value.read(held_value, cell);
-        bool invalidate = (hdr.hotagg.flags & FLAG_INVALIDATE) != 0;
-        value_t sum = (meta.entry.touched && meta.entry.held_key == meta.entry.key) ?
-                      meta.entry.held_value : 0;
-        iteration_t next_iter = hdr.hotagg.iteration + 1;
-        value_t next_value = held_value - sum;
-        // No int32 overflow: a, b share a sign, or a - b keeps a's sign.
-        bool fits = held_value[31:31] == sum[31:31] || next_value[31:31] == held_value[31:31];
-        bool match = held_key == meta.entry.key;
-        refreshed = match && !invalidate && held_iter == hdr.hotagg.iteration && fits;
-        iteration_t tag = (match && invalidate) ? 0 : (refreshed ? next_iter : held_iter);
-        cache_iter.write(cell, tag);
-        cache_value.write(cell, refreshed ? next_value : held_value);
-        meta.cached = meta.cached |
-                      ((match && !invalidate && tag == next_iter) ? meta.entry.position : 0);
+    action refresh_cell(value_t next_value) {
+        cell_iter = hdr.hotagg.iteration + 1;
+        cache_value.write(cell_index, next_value);
+        cache_iter.write(cell_index, cell_iter);
+        stats.count(STAT_CACHE_WRITE);
+    }
+
+    @hidden
+    action invalidate_cell() {
+        cache_iter.write(cell_index, 0);
     }
 
     apply {
         if (hdr.hotagg.op == OP_PUSH) {
-            // A fresh push aggregates each hot entry. Every push (fresh or duplicate) then
-            // sends the PS the entries its mask does not hold.
+            // A fresh push aggregates each hot entry into its slot's copy for this
+            // iteration: it claims a copy of another iteration; adds to a copy of this key
+            // unless the add overflows int32 (the PS then sums the entry in int64); and
+            // leaves another key's copy alone (SLOT_CONFLICT). Every push (fresh or
+            // duplicate) then sends the PS the entries its mask does not hold.
             if (meta.push_fresh && meta.entry.hit) {
-                accumulate();
+                if (slot_in_job(meta.job, meta.entry.offset)) {
+                    read_copy();
+                    if (copy_iter != hdr.hotagg.iteration) {
+                        claim_copy();
+                    } else if (copy_key != meta.entry.key) {
+                        stats.count(STAT_SLOT_CONFLICT);
+                    } else if (copy_value[31:31] == meta.entry.value[31:31] &&
+                               copy_sum[31:31] != copy_value[31:31]) {
+                        // Signed overflow: both addends share a sign that the sum lacks.
+                        stats.count(STAT_OVERFLOW);
+                    } else {
+                        add_to_copy();
+                    }
+                } else {
+                    stats.count(STAT_BAD_SLOT);
+                }
             }
             if ((meta.mask & meta.entry.position) == 0) {
                 stats.count(STAT_COLD_FORWARDED);
             }
         } else if (hdr.hotagg.op == OP_COLLECT) {
             // The entry is (expected cached key, slot offset read as an unsigned value); an
-            // offset outside the job leaves it as it came, no bit set, no stat. Request
-            // mask bit i asks for a refresh (or with INVALIDATE, an untag) of the cell.
-            if (slot_in_job(meta.job, meta.entry.value)) {
-                meta.entry.slot = meta.job.slot_base + meta.entry.value;
+            // offset outside the job leaves it as it came, no bit set, no stat.
+            meta.entry.offset = meta.entry.value;
+            if (slot_in_job(meta.job, meta.entry.offset)) {
                 read_copy();
+                bool touched = copy_iter == hdr.hotagg.iteration;
+                // Request mask bit i asks, when the cell holds the expected key: with
+                // INVALIDATE, to untag it (tag 0, never `cached`); else, if it is tagged
+                // with this iteration, to move it on by the copy's sum for that key (0 if
+                // untouched or another key), params(t+1) = params(t) - sum(t), and tag it
+                // t + 1, unless the subtraction overflows int32. `cached` bit i is set iff
+                // the tag is t + 1 afterwards, so a repeated COLLECT reports the same.
                 if ((hdr.hotagg.mask & meta.entry.position) != 0) {
-                    refresh_or_invalidate();
-                    if (refreshed) {
-                        stats.count(STAT_CACHE_WRITE);
+                    read_cell();
+                    if (cell_key == meta.entry.key) {
+                        if ((hdr.hotagg.flags & FLAG_INVALIDATE) != 0) {
+                            invalidate_cell();
+                        } else {
+                            if (cell_iter == hdr.hotagg.iteration) {
+                                value_t sum = 0;
+                                if (touched && copy_key == meta.entry.key) {
+                                    sum = copy_value;
+                                }
+                                value_t next_value = cell_value - sum;
+                                // No int32 overflow: a, b share a sign, or a - b keeps a's.
+                                if (cell_value[31:31] == sum[31:31] ||
+                                    next_value[31:31] == cell_value[31:31]) {
+                                    refresh_cell(next_value);
+                                }
+                            }
+                            if (cell_iter == hdr.hotagg.iteration + 1) {
+                                meta.cached = meta.cached | meta.entry.position;
+                            }
+                        }
                     }
                 }
-                if (meta.entry.touched) {
+                if (touched) {
                     // A copy written in this iteration: the reply carries its key and sum.
-                    meta.entry.key = meta.entry.held_key;
-                    meta.entry.value = meta.entry.held_value;
+                    meta.entry.key = copy_key;
+                    meta.entry.value = copy_value;
                     meta.mask = meta.mask | meta.entry.position;
                 }
             }
         } else if (meta.entry.hit) {
-            // PULL or WRITEBACK of a hot entry; an offset outside the job is BAD_SLOT.
+            // PULL: a hit iff the cell holds this key for this iteration; the entry takes
+            // the cached value. WRITEBACK: the cell is filled. An offset outside the job is
+            // BAD_SLOT.
             if (slot_in_job(meta.job, meta.entry.offset)) {
-                meta.entry.slot = meta.job.slot_base + meta.entry.offset;
                 if (hdr.hotagg.op == OP_PULL) {
-                    serve();
+                    read_cell();
+                    if (cell_iter == hdr.hotagg.iteration && cell_key == meta.entry.key) {
+                        serve_from_cell();
+                    }
                 } else {
-                    fill();
+                    fill_cell();
                 }
             } else {
                 stats.count(STAT_BAD_SLOT);
