@@ -22,10 +22,14 @@ control HotKeyLookup(inout headers_t hdr, inout local_metadata_t meta) {
     direct_counter(CounterType.packets_and_bytes) hits;
 
     // offset is relative to the job's slot_base; SlotStore checks it against the job's
-    // slot_count and NUM_SLOTS before using it (BAD_SLOT otherwise).
+    // slot_count and NUM_SLOTS before using it (BAD_SLOT otherwise). The hit also locates
+    // the entry's slot state for SlotStore (see entry_meta_t).
     action set_slot(slot_t offset) {
         meta.entry.hit = true;
         meta.entry.offset = offset;
+        meta.entry.slot = meta.job.slot_base + offset;
+        meta.entry.copy_index = agg_index(hdr.hotagg.iteration, meta.job.slot_base + offset);
+        meta.entry.cell_index = (meta.job.slot_base + offset) & SLOT_MASK;
     }
 
     action miss() {

@@ -17,17 +17,6 @@
 #ifndef HOTAGG_SLOT_STORE_P4
 #define HOTAGG_SLOT_STORE_P4
 
-// A slot offset is usable by a job iff offset < slot_count and slot_base + offset <
-// NUM_SLOTS, the sum taken without wrap-around (each term is checked below NUM_SLOTS first).
-bool slot_in_job(in job_meta_t job, in slot_t offset) {
-    return offset < job.slot_count && offset < NUM_SLOTS && job.slot_base < NUM_SLOTS &&
-           job.slot_base + offset < NUM_SLOTS;
-}
-
-reg_index_t agg_index(in iteration_t iteration, in slot_t slot) {
-    return ((iteration & 1) << SLOT_BITS) | (slot & SLOT_MASK);
-}
-
 // Takes hdr and meta whole: p4c passes those through, while a narrower argument (a
 // header, a struct member, an argument of a nested control) is copied in and out at every
 // call, which costs BMv2 an extra table per entry.
@@ -53,42 +42,49 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
     register<hot_key_t>(NUM_SLOTS) cache_key;
 
     // The current entry's slot copy (agg) and cache cell, as read.
-    reg_index_t copy_index;
     iteration_t copy_iter;
     hot_key_t copy_key;
     value_t copy_value;
     value_t copy_sum;           // copy_value + the entry's value (int32, two's complement)
-    reg_index_t cell_index;
     iteration_t cell_iter;
     hot_key_t cell_key;
     value_t cell_value;
 
     // ---- aggregation copies ----
 
-    // meta.entry.offset is checked (slot_in_job) before any of these actions.
+    // COLLECT: the entry's slot state, located from the offset in its value (a hot
+    // entry's is located by its hot-key lookup).
+    @hidden
+    action locate_from_value() {
+        meta.entry.slot = meta.job.slot_base + meta.entry.value;
+        meta.entry.copy_index =
+            agg_index(hdr.hotagg.iteration, meta.job.slot_base + meta.entry.value);
+        meta.entry.cell_index = (meta.job.slot_base + meta.entry.value) & SLOT_MASK;
+    }
+
+    // meta.entry's slot state is located and its offset checked (slot_in_job) before any
+    // of these actions.
     @hidden
     action read_copy() {
-        meta.entry.slot = meta.job.slot_base + meta.entry.offset;
-        copy_index = agg_index(hdr.hotagg.iteration, meta.entry.slot);
-        agg_iter.read(copy_iter, copy_index);
-        agg_key.read(copy_key, copy_index);
-        agg_value.read(copy_value, copy_index);
+        agg_iter.read(copy_iter, meta.entry.copy_index);
+        agg_key.read(copy_key, meta.entry.copy_index);
+        agg_value.read(copy_value, meta.entry.copy_index);
         copy_sum = copy_value + meta.entry.value;
     }
 
     // A copy of another iteration: this entry claims it (lazy reset).
     @hidden
     action claim_copy() {
-        agg_iter.write(copy_index, hdr.hotagg.iteration);
-        agg_key.write(copy_index, meta.entry.key);
-        agg_value.write(copy_index, meta.entry.value);
+        agg_iter.write(meta.entry.copy_index, hdr.hotagg.iteration);
+        agg_key.write(meta.entry.copy_index, meta.entry.key);
+        agg_value.write(meta.entry.copy_index, meta.entry.value);
         meta.mask = meta.mask | meta.entry.position;
         stats.count(STAT_HOT_APPLIED);
     }
 
     @hidden
     action add_to_copy() {
-        agg_value.write(copy_index, copy_sum);
+        agg_value.write(meta.entry.copy_index, copy_sum);
         meta.mask = meta.mask | meta.entry.position;
         stats.count(STAT_HOT_APPLIED);
     }
@@ -97,11 +93,9 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
 
     @hidden
     action read_cell() {
-        meta.entry.slot = meta.job.slot_base + meta.entry.offset;
-        cell_index = meta.entry.slot & SLOT_MASK;
-        cache_iter.read(cell_iter, cell_index);
-        cache_key.read(cell_key, cell_index);
-        cache_value.read(cell_value, cell_index);
+        cache_iter.read(cell_iter, meta.entry.cell_index);
+        cache_key.read(cell_key, meta.entry.cell_index);
+        cache_value.read(cell_value, meta.entry.cell_index);
     }
 
     @hidden
@@ -113,11 +107,9 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
     // The cell holds this key's value, valid for pulls of this iteration.
     @hidden
     action fill_cell() {
-        meta.entry.slot = meta.job.slot_base + meta.entry.offset;
-        cell_index = meta.entry.slot & SLOT_MASK;
-        cache_key.write(cell_index, meta.entry.key);
-        cache_value.write(cell_index, meta.entry.value);
-        cache_iter.write(cell_index, hdr.hotagg.iteration);
+        cache_key.write(meta.entry.cell_index, meta.entry.key);
+        cache_value.write(meta.entry.cell_index, meta.entry.value);
+        cache_iter.write(meta.entry.cell_index, hdr.hotagg.iteration);
         meta.mask = meta.mask | meta.entry.position;
         stats.count(STAT_CACHE_WRITE);
     }
@@ -125,14 +117,14 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
     @hidden
     action refresh_cell(value_t next_value) {
         cell_iter = hdr.hotagg.iteration + 1;
-        cache_value.write(cell_index, next_value);
-        cache_iter.write(cell_index, cell_iter);
+        cache_value.write(meta.entry.cell_index, next_value);
+        cache_iter.write(meta.entry.cell_index, cell_iter);
         stats.count(STAT_CACHE_WRITE);
     }
 
     @hidden
     action invalidate_cell() {
-        cache_iter.write(cell_index, 0);
+        cache_iter.write(meta.entry.cell_index, 0);
     }
 
     apply {
@@ -143,7 +135,7 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
             // leaves another key's copy alone (SLOT_CONFLICT). Every push (fresh or
             // duplicate) then sends the PS the entries its mask does not hold.
             if (meta.push_fresh && meta.entry.hit) {
-                if (slot_in_job(meta.job, meta.entry.offset)) {
+                if (slot_in_job(meta.job.slot_base, meta.job.slot_count, meta.entry.offset)) {
                     read_copy();
                     if (copy_iter != hdr.hotagg.iteration) {
                         claim_copy();
@@ -166,8 +158,8 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
         } else if (hdr.hotagg.op == OP_COLLECT) {
             // The entry is (expected cached key, slot offset read as an unsigned value); an
             // offset outside the job leaves it as it came, no bit set, no stat.
-            meta.entry.offset = meta.entry.value;
-            if (slot_in_job(meta.job, meta.entry.offset)) {
+            if (slot_in_job(meta.job.slot_base, meta.job.slot_count, meta.entry.value)) {
+                locate_from_value();
                 read_copy();
                 bool touched = copy_iter == hdr.hotagg.iteration;
                 // Request mask bit i asks, when the cell holds the expected key: with
@@ -211,7 +203,7 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
             // PULL: a hit iff the cell holds this key for this iteration; the entry takes
             // the cached value. WRITEBACK: the cell is filled. An offset outside the job is
             // BAD_SLOT.
-            if (slot_in_job(meta.job, meta.entry.offset)) {
+            if (slot_in_job(meta.job.slot_base, meta.job.slot_count, meta.entry.offset)) {
                 if (hdr.hotagg.op == OP_PULL) {
                     read_cell();
                     if (cell_iter == hdr.hotagg.iteration && cell_key == meta.entry.key) {
