@@ -110,13 +110,10 @@ control HotaggIngress(inout headers_t hdr,
         meta.lookup_keys = false;
         meta.push_fresh = false;
         meta.rewrite = false;
-        meta.present = 0;
         meta.mask = 0;
         meta.cached = 0;
         meta.removed_count = 0;
         meta.job.found = false;
-        meta.entry.hit = false;
-        meta.entry.offset = 0;
         bool switch_op = false;     // op 1, 3, 7 or 9 of a known job: processed here
 
         if (hdr.packet_out.isValid()) {

@@ -131,16 +131,12 @@ struct entry_meta_t {
     value_t      value;
     bool         hit;           // lookup_i: the key is hot for this job ...
     slot_t       offset;        // ... at this slot offset, relative to job.slot_base
-    // Where its slot state lives: job.slot_base + offset, its copy for this iteration, its
-    // cache cell (valid once the offset is checked). Computed apart from the actions that
-    // use them: p4c would otherwise substitute the expression into every register call,
-    // and BMv2 needs one more temporary field per call, reset on every packet.
-    slot_t       slot;
+    // Where its slot state lives: the slot's copy for this iteration and its cache cell
+    // (valid once the offset is checked). Computed apart from the actions that use them:
+    // p4c would otherwise substitute the expression into every register call, and BMv2
+    // needs one more temporary field per call, reset on every packet.
     reg_index_t  copy_index;
     reg_index_t  cell_index;
-    bool         touched;       // COLLECT: the slot's copy holds this iteration ...
-    hot_key_t    held_key;      // ... for this key ...
-    value_t      held_value;    // ... with this sum
 }
 
 struct local_metadata_t {

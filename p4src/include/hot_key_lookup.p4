@@ -27,7 +27,6 @@ control HotKeyLookup(inout headers_t hdr, inout local_metadata_t meta) {
     action set_slot(slot_t offset) {
         meta.entry.hit = true;
         meta.entry.offset = offset;
-        meta.entry.slot = meta.job.slot_base + offset;
         meta.entry.copy_index = agg_index(hdr.hotagg.iteration, meta.job.slot_base + offset);
         meta.entry.cell_index = (meta.job.slot_base + offset) & SLOT_MASK;
     }

@@ -56,7 +56,6 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
     // entry's is located by its hot-key lookup).
     @hidden
     action locate_from_value() {
-        meta.entry.slot = meta.job.slot_base + meta.entry.value;
         meta.entry.copy_index =
             agg_index(hdr.hotagg.iteration, meta.job.slot_base + meta.entry.value);
         meta.entry.cell_index = (meta.job.slot_base + meta.entry.value) & SLOT_MASK;
