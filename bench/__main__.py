@@ -1,6 +1,13 @@
 """`make bench`: switch throughput and P4Runtime install rate, written as JSON.
 
 Usage: python -m bench [--seconds S] [--out DIR] [--targets embedded,bmv2]
+                       [--bmv2-binaries simple_switch_grpc,simple_switch_grpc-perf]
+                       [--bmv2-json build/hotagg.json]
+
+BMv2 is measured once per binary (its standard build and its performance build by
+default), each under its own key in "targets": "bmv2" for simple_switch_grpc,
+"bmv2-perf" for simple_switch_grpc-perf, else "bmv2:<binary>". A binary that is not on
+PATH is recorded as skipped, with the reason.
 """
 
 from __future__ import annotations
@@ -14,7 +21,11 @@ import time
 from pathlib import Path
 
 from contract.constants import MAX_ENTRIES
-from topologies.switches import bmv2_missing
+from topologies.switches import DEFAULT_BMV2_BINARY, bmv2_missing
+
+# BMv2's standard build and the build BMv2's docs/performance.md advises (see
+# ../shared/p4tools/README.md): both are measured unless --bmv2-binaries says otherwise.
+BMV2_BINARIES = f"{DEFAULT_BMV2_BINARY},{DEFAULT_BMV2_BINARY}-perf"
 
 
 def machine() -> dict:
@@ -33,6 +44,23 @@ def machine() -> dict:
     }
 
 
+def bmv2_target_name(binary: str) -> str:
+    """The key of a BMv2 binary's results: bmv2, bmv2-perf, or bmv2:<binary>."""
+    name = Path(binary).name
+    if name == DEFAULT_BMV2_BINARY:
+        return "bmv2"
+    if name.startswith(DEFAULT_BMV2_BINARY + "-"):
+        return "bmv2-" + name[len(DEFAULT_BMV2_BINARY) + 1 :]
+    return f"bmv2:{binary}"
+
+
+def existing_file(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -43,6 +71,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--targets", default="embedded,bmv2")
+    parser.add_argument(
+        "--bmv2-binaries",
+        default=BMV2_BINARIES,
+        help="comma-separated BMv2 switch binaries (names on PATH or paths) measured for "
+        "target bmv2 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--bmv2-json",
+        type=existing_file,
+        default=None,
+        help="BMv2 JSON to load instead of compiling p4src/ (e.g. to compare two programs)",
+    )
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print(
@@ -60,16 +100,29 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench: bare Python loop on veth ({args.seconds:g} s) ...", flush=True)
     result["bare_loop"] = measure_bare_loop(args.seconds)
     ceiling = result["bare_loop"]["packets_per_s"]
+    runs: list[tuple[str, str, str | None]] = []  # (result key, target, BMv2 binary)
     for target in args.targets.split(","):
-        if target == "bmv2" and (why := bmv2_missing()):
-            result["targets"][target] = {"skipped": why}
-            print(f"bench: bmv2 skipped: {why}", flush=True)
+        if target == "bmv2":
+            runs += [(bmv2_target_name(b), "bmv2", b) for b in args.bmv2_binaries.split(",")]
+        else:
+            runs.append((target, target, None))
+    if args.bmv2_json:
+        result["bmv2_json"] = str(args.bmv2_json)
+    for key, target, binary in runs:
+        if target == "bmv2" and (why := bmv2_missing(binary)):
+            result["targets"][key] = {"binary": binary, "skipped": why}
+            print(f"bench: {key} skipped: {why}", flush=True)
             continue
-        print(f"bench: {target} switch ...", flush=True)
-        r = measure_switch(target, args.seconds)
+        print(f"bench: {key} switch ...", flush=True)
+        r = measure_switch(
+            target,
+            args.seconds,
+            bmv2_binary=binary,
+            bmv2_json=args.bmv2_json,
+        )
         for case in ("push_hot", "push_cold"):
             r[case]["ratio_to_bare_loop"] = round(r[case]["packets_per_s"] / ceiling, 3)
-        result["targets"][target] = r
+        result["targets"][key] = {"binary": binary, **r} if binary else r
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = args.out / f"bench-{stamp}.json"

@@ -34,14 +34,32 @@ class Rate:
     frames_out: int
     seconds: float
     offered_pps: float
+    switch_cpu_seconds: float | None = None  # the switch process's CPU time in the window
 
     @property
     def pps(self) -> float:
         return self.frames_out / self.seconds if self.seconds > 0 else 0.0
 
+    @property
+    def cpu_us_per_packet(self) -> float | None:
+        """Switch CPU time per frame out, including what it spent on frames it dropped at
+        its input: a rough cost per packet that moves less than packets/s when other work
+        shares the machine (bench/bmv2_callgrind.py gives BMv2's exact instruction count)."""
+        if self.switch_cpu_seconds is None or not self.frames_out:
+            return None
+        return 1e6 * self.switch_cpu_seconds / self.frames_out
+
 
 def tx_packets(ifname: str) -> int:
     return int(Path(f"/sys/class/net/{ifname}/statistics/tx_packets").read_text())
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of process `pid` (all its threads), from /proc."""
+    if pid is None:
+        return None
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class PushStream:
@@ -69,9 +87,16 @@ class PushStream:
         return self.frame
 
 
-def blast(net: VethNet, stream: PushStream | None, out_ifname: str, seconds: float) -> Rate:
+def blast(
+    net: VethNet,
+    stream: PushStream | None,
+    out_ifname: str,
+    seconds: float,
+    switch_pid: int | None = None,
+) -> Rate:
     """Offer frames on host port 1 for `seconds`, as fast as one core can; the rate is the
-    switch's output on `out_ifname` over the second half, when its queue is full for sure."""
+    switch's output on `out_ifname` over the second half, when its queue is full for sure
+    (and the CPU time process `switch_pid` spent in that half)."""
     sock = net.host_socket(1)
     send = sock.send
     frames = stream or PushStream(hot=True)
@@ -89,13 +114,26 @@ def blast(net: VethNet, stream: PushStream | None, out_ifname: str, seconds: flo
         sent += 256
         now = time.perf_counter()
         if mark is None and now >= half:
-            mark = (now, tx_packets(out_ifname))
+            mark = (now, tx_packets(out_ifname), cpu_seconds(switch_pid))
         if now >= end:
             break
-    t_end, tx_end = time.perf_counter(), tx_packets(out_ifname)
+    t_end, tx_end, cpu_end = time.perf_counter(), tx_packets(out_ifname), cpu_seconds(switch_pid)
     sock.close()
     assert mark is not None
-    return Rate(tx_end - mark[1], t_end - mark[0], sent / (t_end - start))
+    cpu = None if cpu_end is None or mark[2] is None else cpu_end - mark[2]
+    return Rate(tx_end - mark[1], t_end - mark[0], sent / (t_end - start), cpu)
+
+
+def settle(ifname: str, quiet: float = 0.5, limit: float = 60.0) -> int:
+    """Wait until `ifname` has sent nothing for `quiet` seconds; its transmit count then."""
+    start = time.perf_counter()
+    last, still_since = tx_packets(ifname), start
+    while time.perf_counter() - still_since < quiet and time.perf_counter() - start < limit:
+        time.sleep(0.05)
+        now = tx_packets(ifname)
+        if now != last:
+            last, still_since = now, time.perf_counter()
+    return last
 
 
 def _configure_switch(grpc_addr: str, device_config: bytes) -> dict:
@@ -130,30 +168,54 @@ def _configure_switch(grpc_addr: str, device_config: bytes) -> dict:
     }
 
 
-def measure_switch(target: str, seconds: float) -> dict:
+def bmv2_device_config(bmv2_json: Path | None) -> bytes:
+    """The BMv2 JSON to load: `bmv2_json`, else p4src/ compiled now (never a stale build/)."""
+    if bmv2_json is None:
+        subprocess.run(["make", "-s", "-C", str(REPO_ROOT), "build"], check=True)
+        bmv2_json = REPO_ROOT / "build" / "hotagg.json"
+    return bmv2_json.read_bytes()
+
+
+def measure_switch(
+    target: str,
+    seconds: float,
+    bmv2_binary: str | None = None,
+    bmv2_json: Path | None = None,
+) -> dict:
+    """Hot and cold push rates of one switch; for BMv2, of `bmv2_binary` (default: the
+    BMV2_BINARY knob of topologies/switches.py) running `bmv2_json` (default: p4src/)."""
     prefix = f"habn{os.getpid() % 100000}"
     with VethNet(prefix, 2) as net:
+        extra = {"bmv2_binary": bmv2_binary} if bmv2_binary else {}
         proc = SwitchProcess(
-            "bench", dict(net.switch_ifaces), target=target, log_dir=Path("/tmp/hotagg-bench-logs")
+            "bench",
+            dict(net.switch_ifaces),
+            target=target,
+            log_dir=Path("/tmp/hotagg-bench-logs"),
+            **extra,
         )
         with proc:
             device_config = b""
             if target == "bmv2":
-                subprocess.run(["make", "-C", str(REPO_ROOT), "build"], check=True)
-                device_config = (REPO_ROOT / "build" / "hotagg.json").read_bytes()
+                device_config = bmv2_device_config(bmv2_json)
             install = _configure_switch(proc.grpc_addr, device_config)
             results = {"p4runtime_install": install}
             seq_base = 0
             for name, hot, out_port in (("push_hot", True, 1), ("push_cold", False, 2)):
                 stream = PushStream(hot)
                 stream.sent = seq_base  # continue the seqs of the previous case
-                rate = blast(net, stream, net.switch_ifaces[out_port], seconds)
+                assert proc.proc is not None
+                rate = blast(net, stream, net.switch_ifaces[out_port], seconds, proc.proc.pid)
                 seq_base = stream.sent
+                cpu_us = rate.cpu_us_per_packet
                 results[name] = {
                     "packets_per_s": round(rate.pps, 1),
                     "entries_per_s": round(rate.pps * MAX_ENTRIES, 1),
                     "offered_packets_per_s": round(rate.offered_pps, 1),
                     "measured_seconds": round(rate.seconds, 2),
+                    "switch_cpu_us_per_packet": None if cpu_us is None else round(cpu_us, 2),
+                    # What one core of its own would forward at that CPU cost.
+                    "cpu_bound_packets_per_s": None if not cpu_us else round(1e6 / cpu_us, 1),
                 }
     return results
 

@@ -3,11 +3,14 @@
  * BMv2 simple_switch_grpc --cpu-port 255).
  *
  * docs/design.md §1-2 is the normative contract; the embedded target (softswitch/) runs the
- * same pipeline byte for byte. This file only declares and sequences: each concern lives in
- * p4src/include/. The objects of HotaggIngress are declared by fragments included inside
- * the control, so that their P4Info names are HotaggIngress.<name>; the per-entry logic is
- * written out for the 8 entry positions by macros, because the state it touches (registers)
- * is shared by all positions and p4c has no loops.
+ * same pipeline byte for byte. This file only declares and sequences controls; each concern
+ * lives in one file of p4src/include/. Tables, actions and registers declared inside those
+ * controls keep the P4Info names of docs/design.md §2 (HotaggIngress.<name>) through
+ * @name(".HotaggIngress.<name>"); registers live in controls that are instantiated once
+ * (Dedup, SlotStore). Controls that count take the stats counter as a constructor argument.
+ * Per-packet state is local_metadata_t (headers.p4). Controls applied once per packet take
+ * narrow typed parameters; the per-entry ones (HotKeyLookup, SlotStore) take hdr and meta
+ * whole, because p4c copies narrower arguments at every call and BMv2 pays a table per copy.
  *
  * Compile: p4c-bm2-ss --p4v 16 --p4runtime-files build/hotagg.p4info.txtpb \
  *              -o build/hotagg.json p4src/hotagg.p4
@@ -21,212 +24,245 @@
 #include "include/headers.p4"
 #include "include/parser.p4"
 #include "include/checksum.p4"
+#include "include/forwarding.p4"
+#include "include/jobs.p4"
+#include "include/drop_sim.p4"
 #include "include/hot_key_lookup.p4"
+#include "include/dedup.p4"
+#include "include/slot_store.p4"
 
 control HotaggIngress(inout headers_t hdr,
                       inout local_metadata_t meta,
                       inout standard_metadata_t standard_metadata) {
-    // Declaration order is P4Info order.
-#include "include/stats.p4"
-#include "include/forwarding.p4"
-#include "include/jobs.p4"
-#include "include/drop_sim.p4"
-#include "include/lookups.p4"
-#include "include/registers.p4"
-#include "include/push.p4"
-#include "include/pull.p4"
-#include "include/collect.p4"
-#include "include/writeback.p4"
+    // Declaration order is P4Info order (tables, actions, registers).
 
-    bool is_hotagg;     // UDP from or to HOTAGG_PORT (a request or a reply)
-    bool switch_op;     // a request with op 1, 3, 7 or 9: processed by the switch
-    bool do_lookup;     // this request's entries are looked up in the hot-key tables
+    // One cell per reason (STAT_* in types.p4). BMv2 counts the packet's length as
+    // received, the same number the embedded target counts.
+    @id(HOTAGG_ID_COUNTER_STATS)
+    counter(STATS_SIZE, CounterType.packets_and_bytes) stats;
+
+    Forwarding(stats) forwarding;
+    JobTable() job_table;
+    DropSim() drop_simulator;
+    // One hot-key table instance per entry position (p4c applies a table once per pass).
+    HotKeyLookup() lookup0;
+    HotKeyLookup() lookup1;
+    HotKeyLookup() lookup2;
+    HotKeyLookup() lookup3;
+    HotKeyLookup() lookup4;
+    HotKeyLookup() lookup5;
+    HotKeyLookup() lookup6;
+    HotKeyLookup() lookup7;
+    Dedup() dedup;
+    SlotStore(stats) slots;
+    FromController() from_controller;
+
+    @hidden
+    action count_and_drop(stat_t reason) {
+        stats.count(reason);
+        mark_to_drop(standard_metadata);
+        meta.dropped = true;
+    }
+
+    // Turn a request into the switch's reply reply_op: mark it, swap IPv4 addresses and UDP
+    // ports; Forwarding then routes it back to the sender. (An action, not a control: p4c
+    // would copy the three headers in and out of a control at each of its four calls.)
+    @hidden
+    action make_reply(op_t reply_op) {
+        hdr.hotagg.op = reply_op;
+        hdr.hotagg.flags = hdr.hotagg.flags | FLAG_FROM_SWITCH;
+        ipv4_addr_t addr = hdr.ipv4.srcAddr;
+        hdr.ipv4.srcAddr = hdr.ipv4.dstAddr;
+        hdr.ipv4.dstAddr = addr;
+        l4_port_t port = hdr.udp.srcPort;
+        hdr.udp.srcPort = hdr.udp.dstPort;
+        hdr.udp.dstPort = port;
+    }
+
+    // A PUSH whose every present entry the switch applied: none is left for the PS.
+    @hidden
+    action remove_all_entries() {
+        bit<16> removed_bytes = ((bit<16>)hdr.hotagg.count) * ENTRY_LEN;
+        hdr.entries[0].setInvalid();
+        hdr.entries[1].setInvalid();
+        hdr.entries[2].setInvalid();
+        hdr.entries[3].setInvalid();
+        hdr.entries[4].setInvalid();
+        hdr.entries[5].setInvalid();
+        hdr.entries[6].setInvalid();
+        hdr.entries[7].setInvalid();
+        hdr.hotagg.count = 0;
+        hdr.ipv4.totalLen = hdr.ipv4.totalLen - removed_bytes;
+        hdr.udp.length = hdr.udp.length - removed_bytes;
+    }
+
+    @hidden
+    action shrink_by_removed() {
+        bit<16> removed_bytes = ((bit<16>)meta.removed_count) * ENTRY_LEN;
+        hdr.hotagg.count = hdr.hotagg.count - meta.removed_count;
+        hdr.ipv4.totalLen = hdr.ipv4.totalLen - removed_bytes;
+        hdr.udp.length = hdr.udp.length - removed_bytes;
+    }
 
     apply {
-        dropped = false;
-        is_hotagg = false;
-        switch_op = false;
-        do_lookup = false;
-        job_found = false;
-        job_idx = 0;
-        job_slot_base = 0;
-        job_slot_count = 0;
-        drop_rate = 0;
-        drop_draw = 0;
-        present_mask = 0;
-        entry_mask = 0;
-        push_fresh = false;
-        push_admitted = false;
-        dedup_index = 0;
-        dedup_last_seq = 0;
-        removed_count = 0;
-        removed_bytes = 0;
-        HOTAGG_ENTRY_RESET(0);
-        HOTAGG_ENTRY_RESET(1);
-        HOTAGG_ENTRY_RESET(2);
-        HOTAGG_ENTRY_RESET(3);
-        HOTAGG_ENTRY_RESET(4);
-        HOTAGG_ENTRY_RESET(5);
-        HOTAGG_ENTRY_RESET(6);
-        HOTAGG_ENTRY_RESET(7);
+        meta.dropped = false;
+        meta.is_hotagg = false;
+        meta.lookup_keys = false;
+        meta.push_fresh = false;
+        meta.rewrite = false;
+        meta.mask = 0;
+        meta.cached = 0;
+        meta.removed_count = 0;
+        meta.job.found = false;
+        bool switch_op = false;     // op 1, 3, 7 or 9 of a known job: processed here
 
         if (hdr.packet_out.isValid()) {
             // Step 1: from the controller.
-            HOTAGG_PACKET_OUT();
+            from_controller.apply(hdr, standard_metadata);
         } else if (!hdr.ipv4.isValid()) {
             // Step 2: not IPv4 (nor a PacketOut): dropped without a stat.
             mark_to_drop(standard_metadata);
-            dropped = true;
+            meta.dropped = true;
         } else {
             if (hdr.udp.isValid()) {
                 if (hdr.udp.srcPort == HOTAGG_PORT || hdr.udp.dstPort == HOTAGG_PORT) {
-                    is_hotagg = true;
+                    meta.is_hotagg = true;
                 }
             }
 
             // Step 3: every hotagg packet passes the drop simulator.
-            if (is_hotagg) {
-                drop_sim.apply();
-                HOTAGG_DROP_SIM_DECIDE();
+            if (meta.is_hotagg) {
+                bool lost;
+                drop_simulator.apply(lost);
+                if (lost) {
+                    count_and_drop(STAT_SIM_DROP);
+                }
             }
 
-            // Steps 4-5, requests only: MALFORMED, UNKNOWN_OP, then UNKNOWN_JOB.
-            if (is_hotagg && !dropped && hdr.udp.dstPort == HOTAGG_PORT) {
-                HOTAGG_CHECK_REQUEST();
-                if (!dropped) {
-                    jobs.apply();
-                    HOTAGG_CHECK_JOB();
+            // Steps 4-5, requests only, in this order: MALFORMED (parser error, version, UDP
+            // length), UNKNOWN_OP, then UNKNOWN_JOB.
+            if (meta.is_hotagg && !meta.dropped && hdr.udp.dstPort == HOTAGG_PORT) {
+                if (standard_metadata.parser_error != error.NoError ||
+                    !hdr.hotagg.isValid() ||
+                    hdr.hotagg.version != HOTAGG_VERSION ||
+                    hdr.udp.length != UDP_HEADER_LEN + HEADER_LEN +
+                                      ((bit<16>)hdr.hotagg.count) * ENTRY_LEN) {
+                    count_and_drop(STAT_MALFORMED);
+                } else if (hdr.hotagg.op == 0 || hdr.hotagg.op > OP_MAX) {
+                    count_and_drop(STAT_UNKNOWN_OP);
+                } else {
+                    job_table.apply(hdr.hotagg.job_id, meta.job);
+                    if (!meta.job.found) {
+                        count_and_drop(STAT_UNKNOWN_JOB);
+                    }
                 }
             }
 
             // Step 6: a checked request of a known job.
-            if (job_found && !dropped) {
+            if (meta.job.found && !meta.dropped) {
+                // Entries 0..count-1 are present (count <= MAX_ENTRIES, checked by the parser).
+                meta.present = (entry_mask_t)((16w1 << hdr.hotagg.count) - 1);
                 if (hdr.hotagg.op == OP_PUSH) {
-                    switch_op = true;
-                    HOTAGG_PUSH_ADMIT();
-                    do_lookup = push_fresh;
+                    // seq 0 is MALFORMED and worker_id >= MAX_WORKERS is BAD_WORKER (in that
+                    // order); then dedup: a fresh seq is looked up and aggregated, a
+                    // duplicate re-sends the stored mask, a stale one is dropped.
+                    if (hdr.hotagg.seq == 0) {
+                        count_and_drop(STAT_MALFORMED);
+                    } else if (hdr.hotagg.worker_id >= MAX_WORKERS) {
+                        count_and_drop(STAT_BAD_WORKER);
+                    } else {
+                        stats.count(STAT_PUSH);
+                        DedupVerdict verdict;
+                        dedup.apply(false, meta.job.index, hdr.hotagg.worker_id,
+                                    hdr.hotagg.seq, meta.mask, verdict);
+                        if (verdict == DedupVerdict.STALE) {
+                            count_and_drop(STAT_PUSH_STALE);
+                        } else {
+                            if (verdict == DedupVerdict.DUPLICATE) {
+                                stats.count(STAT_PUSH_DUP);
+                            }
+                            switch_op = true;
+                            meta.push_fresh = verdict == DedupVerdict.FRESH;
+                            meta.lookup_keys = meta.push_fresh;
+                        }
+                    }
                 } else if (hdr.hotagg.op == OP_PULL) {
-                    switch_op = true;
                     stats.count(STAT_PULL);
-                    do_lookup = true;
+                    switch_op = true;
+                    meta.lookup_keys = true;
+                    meta.rewrite = true;
                 } else if (hdr.hotagg.op == OP_COLLECT) {
-                    switch_op = true;
                     stats.count(STAT_COLLECT);
-                } else if (hdr.hotagg.op == OP_WRITEBACK) {
                     switch_op = true;
+                    meta.rewrite = true;
+                } else if (hdr.hotagg.op == OP_WRITEBACK) {
                     stats.count(STAT_WRITEBACK);
-                    do_lookup = true;
+                    switch_op = true;
+                    meta.lookup_keys = true;
                 } else {
                     // Ops 2, 4, 5, 6, 8, 10 pass unchanged.
                     stats.count(STAT_PASS);
                 }
+            }
 
-                // Lookup of entry i with hot-key table instance i, for present entries.
-                if (do_lookup) {
-                    if (hdr.entries[0].isValid()) {
-                        lookup0.apply(hdr.hotagg.job_id, hdr.entries[0].key, hit0, offset0);
-                    }
-                    if (hdr.entries[1].isValid()) {
-                        lookup1.apply(hdr.hotagg.job_id, hdr.entries[1].key, hit1, offset1);
-                    }
-                    if (hdr.entries[2].isValid()) {
-                        lookup2.apply(hdr.hotagg.job_id, hdr.entries[2].key, hit2, offset2);
-                    }
-                    if (hdr.entries[3].isValid()) {
-                        lookup3.apply(hdr.hotagg.job_id, hdr.entries[3].key, hit3, offset3);
-                    }
-                    if (hdr.entries[4].isValid()) {
-                        lookup4.apply(hdr.hotagg.job_id, hdr.entries[4].key, hit4, offset4);
-                    }
-                    if (hdr.entries[5].isValid()) {
-                        lookup5.apply(hdr.hotagg.job_id, hdr.entries[5].key, hit5, offset5);
-                    }
-                    if (hdr.entries[6].isValid()) {
-                        lookup6.apply(hdr.hotagg.job_id, hdr.entries[6].key, hit6, offset6);
-                    }
-                    if (hdr.entries[7].isValid()) {
-                        lookup7.apply(hdr.hotagg.job_id, hdr.entries[7].key, hit7, offset7);
-                    }
-                    HOTAGG_CHECK_SLOT(0);
-                    HOTAGG_CHECK_SLOT(1);
-                    HOTAGG_CHECK_SLOT(2);
-                    HOTAGG_CHECK_SLOT(3);
-                    HOTAGG_CHECK_SLOT(4);
-                    HOTAGG_CHECK_SLOT(5);
-                    HOTAGG_CHECK_SLOT(6);
-                    HOTAGG_CHECK_SLOT(7);
-                }
+            if (switch_op) {
+                HOTAGG_PROCESS_ENTRY(0)
+                HOTAGG_PROCESS_ENTRY(1)
+                HOTAGG_PROCESS_ENTRY(2)
+                HOTAGG_PROCESS_ENTRY(3)
+                HOTAGG_PROCESS_ENTRY(4)
+                HOTAGG_PROCESS_ENTRY(5)
+                HOTAGG_PROCESS_ENTRY(6)
+                HOTAGG_PROCESS_ENTRY(7)
 
+                // The op's answer (the request mask was read by the entries; now it is
+                // replaced by the mask the op built).
+                hdr.hotagg.mask = meta.mask;
                 if (hdr.hotagg.op == OP_PUSH) {
-                    if (push_fresh) {
-                        HOTAGG_PUSH_ENTRY(0);
-                        HOTAGG_PUSH_ENTRY(1);
-                        HOTAGG_PUSH_ENTRY(2);
-                        HOTAGG_PUSH_ENTRY(3);
-                        HOTAGG_PUSH_ENTRY(4);
-                        HOTAGG_PUSH_ENTRY(5);
-                        HOTAGG_PUSH_ENTRY(6);
-                        HOTAGG_PUSH_ENTRY(7);
-                        HOTAGG_PUSH_RECORD();
+                    if (meta.push_fresh) {
+                        DedupVerdict recorded;
+                        dedup.apply(true, meta.job.index, hdr.hotagg.worker_id,
+                                    hdr.hotagg.seq, meta.mask, recorded);
                     }
-                    if (push_admitted) {
-                        HOTAGG_PUSH_FINISH();
+                    // Applied entries are removed, shrinking count and both lengths;
+                    // nothing left for the PS (every present entry applied): the switch acks.
+                    if (meta.mask == meta.present) {
+                        remove_all_entries();
+                        make_reply(OP_PUSH_ACK);
+                        stats.count(STAT_PUSH_SWITCH_ACK);
+                    } else if (meta.mask != 0) {
+                        HOTAGG_REMOVE_IF_APPLIED(0)
+                        HOTAGG_REMOVE_IF_APPLIED(1)
+                        HOTAGG_REMOVE_IF_APPLIED(2)
+                        HOTAGG_REMOVE_IF_APPLIED(3)
+                        HOTAGG_REMOVE_IF_APPLIED(4)
+                        HOTAGG_REMOVE_IF_APPLIED(5)
+                        HOTAGG_REMOVE_IF_APPLIED(6)
+                        HOTAGG_REMOVE_IF_APPLIED(7)
+                        shrink_by_removed();
                     }
                 } else if (hdr.hotagg.op == OP_PULL) {
-                    HOTAGG_PULL_ENTRY(0);
-                    HOTAGG_PULL_ENTRY(1);
-                    HOTAGG_PULL_ENTRY(2);
-                    HOTAGG_PULL_ENTRY(3);
-                    HOTAGG_PULL_ENTRY(4);
-                    HOTAGG_PULL_ENTRY(5);
-                    HOTAGG_PULL_ENTRY(6);
-                    HOTAGG_PULL_ENTRY(7);
-                    HOTAGG_PULL_FINISH();
+                    // All-or-nothing: answered only when every entry hit (and there is one);
+                    // otherwise on to the PS, hit entries carrying the cached values.
+                    if (hdr.hotagg.count > 0 && meta.mask == meta.present) {
+                        make_reply(OP_PULL_REPLY);
+                        stats.count(STAT_PULL_HIT);
+                    } else {
+                        stats.count(STAT_PULL_MISS);
+                    }
                 } else if (hdr.hotagg.op == OP_COLLECT) {
-                    HOTAGG_COLLECT_START();
-                    HOTAGG_COLLECT_ENTRY(0);
-                    HOTAGG_COLLECT_ENTRY(1);
-                    HOTAGG_COLLECT_ENTRY(2);
-                    HOTAGG_COLLECT_ENTRY(3);
-                    HOTAGG_COLLECT_ENTRY(4);
-                    HOTAGG_COLLECT_ENTRY(5);
-                    HOTAGG_COLLECT_ENTRY(6);
-                    HOTAGG_COLLECT_ENTRY(7);
-                    HOTAGG_COLLECT_FINISH();
-                } else if (hdr.hotagg.op == OP_WRITEBACK) {
-                    HOTAGG_WRITEBACK_ENTRY(0);
-                    HOTAGG_WRITEBACK_ENTRY(1);
-                    HOTAGG_WRITEBACK_ENTRY(2);
-                    HOTAGG_WRITEBACK_ENTRY(3);
-                    HOTAGG_WRITEBACK_ENTRY(4);
-                    HOTAGG_WRITEBACK_ENTRY(5);
-                    HOTAGG_WRITEBACK_ENTRY(6);
-                    HOTAGG_WRITEBACK_ENTRY(7);
-                    HOTAGG_WRITEBACK_FINISH();
+                    hdr.hotagg.cached = meta.cached;
+                    make_reply(OP_COLLECT_REPLY);
+                } else {
+                    make_reply(OP_WRITEBACK_ACK);
                 }
-
-                // A switch op the switch processed (and kept): no UDP checksum. (The op
-                // field may already hold the reply op here.)
-                if (switch_op && !dropped) {
-                    hdr.udp.checksum = 0;
-                }
+                // A switch op the switch processed (and kept): no UDP checksum.
+                hdr.udp.checksum = 0;
             }
 
             // Step 7: route on the (possibly swapped) destination.
-            if (!dropped) {
-                switch (ipv4_lpm.apply().action_run) {
-                    ipv4_forward: {
-                        // A route out of CPU_PORT is a PacketIn too.
-                        if (standard_metadata.egress_spec == CPU_PORT) {
-                            HOTAGG_PACKET_IN();
-                        }
-                    }
-                    drop: {
-                        if (is_hotagg) {
-                            stats.count(STAT_NO_ROUTE);
-                        }
-                    }
-                }
+            if (!meta.dropped) {
+                forwarding.apply(hdr, meta.is_hotagg, standard_metadata);
             }
         }
     }

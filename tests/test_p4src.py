@@ -88,47 +88,76 @@ def layout() -> tuple[dict[str, list[tuple[str, str]]], dict[str, str]]:
 
 
 def key_width(expr: str, params: dict[str, str]) -> int:
-    if expr in params:
-        return width(params[expr])
-    headers, struct = layout()
-    _, member, sub = expr.split(".")
-    return width(dict((f, t) for t, f in headers[struct[member]])[sub])
+    """Width of a table key: a control parameter, or a path through hdr/meta, whose types
+    are the headers and structs of headers.p4."""
+    text = source("headers.p4")
+    types = {
+        m[2]: {f: t for t, f in fields(braced(text, m.end()))}
+        for m in re.finditer(r"(header|struct)\s+(\w+)", text)
+    }
+    root, *path = expr.split(".")
+    typ = {"hdr": "headers_t", "meta": "local_metadata_t", **params}[root]
+    for member in path:
+        typ = types[typ][member]
+    return width(typ)
+
+
+ANNOTATIONS = r"(?P<annots>(?:@\w+(?:\([^)]*\))?\s*)*)"
 
 
 def declarations(text: str, prefix: str, params: dict[str, str]) -> list[tuple[str, str, dict]]:
-    """(kind, full name, details) in declaration order; HotKeyLookup instances expanded."""
+    """(kind, full name, details) in declaration order, control instances expanded.
+
+    An object's P4Info name is prefix.name, or X for @name(".X") (p4c's absolute names);
+    @hidden objects are not in P4Info.
+    """
     pattern = re.compile(
-        r"(?:@id\((?P<id>\w+)\)\s*)?(?:"
+        ANNOTATIONS + r"(?:"
         r"action\s+(?P<action>\w+)\s*\((?P<params>[^)]*)\)|table\s+(?P<table>\w+)\s*\{|"
         r"counter\((?P<csize>\w+),\s*CounterType\.(?P<cunit>\w+)\)\s+(?P<counter>\w+);|"
         r"direct_counter\(CounterType\.(?P<dunit>\w+)\)\s+(?P<direct>\w+);|"
         r"register<(?P<rtype>\w+)>\((?P<rsize>\w+)\)\s+(?P<register>\w+);|"
-        r"HotKeyLookup\(\)\s+(?P<instance>\w+);)"
+        r"(?P<control>[A-Z]\w*)\([^)]*\)\s+(?P<instance>\w+);)"
     )
     out = []
     for m in pattern.finditer(text):
         g = {k: v for k, v in m.groupdict().items() if v}
-        pinned = {"id_macro": g.get("id")}
+        annots = g.get("annots", "")
+        if "@hidden" in annots:
+            continue
+        pinned = {"id_macro": (re.search(r"@id\((\w+)\)", annots) or [None, None])[1]}
+        absolute = re.search(r'@name\("\.([\w.]+)"\)', annots)
+
+        def full(name: str, absolute=absolute) -> str:
+            return absolute[1] if absolute else f"{prefix}.{name}"
+
         if "action" in g:
             ps = [p.split() for p in g.get("params", "").split(",") if p.strip()]
-            out.append(("action", f"{prefix}.{g['action']}", {**pinned, "params": ps}))
+            out.append(("action", full(g["action"]), {**pinned, "params": ps}))
         elif "table" in g:
-            out.append(("table", f"{prefix}.{g['table']}", {**pinned, **table(text, m, params)}))
+            out.append(("table", full(g["table"]), {**pinned, **table(text, m, params)}))
         elif "counter" in g:
-            out.append(("counter", f"{prefix}.{g['counter']}", {**pinned, **g}))
+            out.append(("counter", full(g["counter"]), {**pinned, **g}))
         elif "direct" in g:
-            out.append(("direct_counter", f"{prefix}.{g['direct']}", {**pinned, **g}))
+            out.append(("direct_counter", full(g["direct"]), {**pinned, **g}))
         elif "register" in g:
-            out.append(("register", f"{prefix}.{g['register']}", {**pinned, **g}))
+            out.append(("register", full(g["register"]), {**pinned, **g}))
         else:
-            body, lookup_params = lookup_control()
-            out += declarations(body, f"{prefix}.{g['instance']}", lookup_params)
+            body, control_params = control(g["control"])
+            out += declarations(body, f"{prefix}.{g['instance']}", control_params)
     return out
 
 
-def lookup_control() -> tuple[str, dict[str, str]]:
-    text = source("hot_key_lookup.p4")
-    m = re.search(r"control\s+HotKeyLookup\s*\(([^)]*)\)", text)
+def control_sources() -> str:
+    """Comment- and macro-free text of every include file."""
+    return "".join(source(p.name) for p in sorted(INCLUDE.glob("*.p4")))
+
+
+def control(name: str, text: str | None = None) -> tuple[str, dict[str, str]]:
+    """The body of `control name` and its parameters (name -> type)."""
+    text = text if text is not None else control_sources()
+    m = re.search(rf"control\s+{name}\s*\(([^)]*)\)(?:\s*\([^)]*\))?", text)
+    assert m, f"no control {name}"
     params = {name: typ for _, typ, name in re.findall(r"(in|out|inout)\s+(\w+)\s+(\w+)", m[1])}
     return braced(text, m.end()), params
 
@@ -148,13 +177,10 @@ def table(text: str, m: re.Match, params: dict[str, str]) -> dict:
 
 
 def program() -> list[tuple[str, str, dict]]:
-    """Every P4Runtime object of HotaggIngress, from the fragments hotagg.p4 includes in it."""
-    main = (P4SRC / "hotagg.p4").read_text()
-    start = main.index(f"control {INGRESS}(")
-    includes = re.findall(
-        r'#include\s+"include/(\w+\.p4)"', main[start : main.index("apply {", start)]
-    )
-    return [d for inc in includes for d in declarations(source(inc), INGRESS, {})]
+    """Every P4Runtime object of HotaggIngress, its control instances expanded."""
+    main = strip_macros(strip_comments((P4SRC / "hotagg.p4").read_text()))
+    body, _ = control(INGRESS, main)
+    return declarations(body[: body.index("apply {")], INGRESS, {})
 
 
 def controller_headers() -> dict[str, str]:
@@ -200,7 +226,7 @@ def jenkins(name: str) -> int:
     return (h + (h << 15)) & 0xFFFFFFFF
 
 
-# ---- constants shared with hosts/protocol.py ----
+# ---- constants read by contract/constants.py ----
 
 
 def test_sizes_equal_protocol():
@@ -252,70 +278,6 @@ def test_headers_mirror_scapy_layers():
     sizes = consts("sizes.p4")
     assert sum(width(typ) for typ, _ in headers["hotagg_t"]) == 8 * sizes["HEADER_LEN"]
     assert sum(width(typ) for typ, _ in headers["entry_t"]) == 8 * sizes["ENTRY_LEN"]
-
-
-# ---- COLLECT (docs/design.md §2): offsets, refresh, the reply's `cached` bitmap ----
-
-
-def macro(name: str, text: str) -> str:
-    """The body of `#define name(...)`, continuation lines joined, comments removed."""
-    m = re.search(rf"^[ \t]*#define\s+{name}\([^)]*\)((?:[^\n]*\\\n)*[^\n]*)", text, re.M)
-    assert m, name
-    return strip_comments(m[1].replace("\\\n", "\n"))
-
-
-def p4_statements() -> dict[str, str]:
-    """Comment-free text of every .p4 file, by path relative to p4src/."""
-    files = sorted(P4SRC.rglob("*.p4"))
-    return {str(p.relative_to(P4SRC)): strip_comments(p.read_text()) for p in files}
-
-
-def test_collect_reads_offset_from_value_and_fills_cached():
-    text = (INCLUDE / "collect.p4").read_text()
-    entry = macro("HOTAGG_COLLECT_ENTRY", text)
-    # The offset is the entry's value (u32); the key is only compared, never used as offset.
-    offset_checks = [
-        r"hdr\.entries\[I\]\.value\s*<\s*job_slot_count",
-        r"hdr\.entries\[I\]\.value\s*<\s*NUM_SLOTS",
-        r"job_slot_base\s*<\s*NUM_SLOTS",
-        r"job_slot_base\s*\+\s*hdr\.entries\[I\]\.value\s*<\s*NUM_SLOTS",
-    ]
-    for check in offset_checks:
-        assert re.search(check, entry), check
-    assert not re.search(r"hdr\.entries\[I\]\.key\s*(?:<|\+|\[)", entry)
-    assert re.search(r"==\s*hdr\.entries\[I\]\.key", entry)
-    # Refresh asked by the request mask; INVALIDATE untags; a refresh counts CACHE_WRITE.
-    assert re.search(r"hdr\.hotagg\.mask\s*&\s*\(8w1\s*<<\s*I\)", entry)
-    assert "FLAG_INVALIDATE" in entry and "STAT_CACHE_WRITE" in entry
-    # Each register is read at most once per entry; the agg registers are never written.
-    reads = Counter(re.findall(r"(\w+)\.read\s*\(", entry))
-    assert set(reads) == {"agg_iter", "agg_key", "agg_value", "cache_key", "cache_iter",
-                          "cache_value"} and set(reads.values()) == {1}, reads  # fmt: skip
-    assert set(re.findall(r"(\w+)\.write\s*\(", entry)) == {"cache_iter", "cache_value"}
-    finish = macro("HOTAGG_COLLECT_FINISH", text)
-    assert re.search(r"hdr\.hotagg\.mask\s*=\s*entry_mask\s*;", finish)
-    assert re.search(r"hdr\.hotagg\.cached\s*=\s*cached_mask\s*;", finish)
-    assert re.search(r"cached_mask\s*=\s*0\s*;", macro("HOTAGG_COLLECT_START", text))
-    main = strip_comments((P4SRC / "hotagg.p4").read_text())
-    assert re.search(r"HOTAGG_COLLECT_START\(\);\s*HOTAGG_COLLECT_ENTRY\(0\);", main)
-
-
-def test_only_collect_writes_cached_and_mask_is_written_last():
-    # Every other op leaves `cached` as it came; the request mask that COLLECT entries read
-    # is overwritten only by the FINISH macros, after all entries.
-    written = {
-        path: re.findall(r"hdr\.hotagg\.(cached|mask|reserved)\s*=[^=]", text)
-        for path, text in p4_statements().items()
-    }
-    assert {p: w.count("cached") for p, w in written.items() if "cached" in w} == {
-        "include/collect.p4": 1
-    }
-    assert not any("reserved" in w for w in written.values())
-    for name in ["collect.p4", "push.p4", "pull.p4", "writeback.p4"]:
-        text = (INCLUDE / name).read_text()
-        for m in re.finditer(r"^[ \t]*#define\s+(\w+)\(", text, re.M):
-            if "hdr.hotagg.mask =" in macro(m[1], text):
-                assert m[1].endswith("_FINISH"), m[1]
 
 
 # ---- ids ----
@@ -467,13 +429,28 @@ def test_controller_headers_match_the_api_contract(p4info):
     assert p4info.pkg_info.arch == "v1model"
 
 
-def test_each_table_and_lookup_applied_once():
-    text = "".join(strip_comments(p.read_text()) for p in sorted(P4SRC.rglob("*.p4")))
-    applied = Counter(re.findall(r"(\w+)\.apply\s*\(", text))
-    assert applied and all(n == 1 for n in applied.values()), applied
+def test_each_table_applied_once_and_each_position_processed_once():
+    # p4c applies a table at most once per pass: every table has one apply call, and each
+    # entry position's hot-key instance is applied through HOTAGG_PROCESS_ENTRY(i) once.
+    text = control_sources()
     tables = {name.rsplit(".", 1)[1] for k, name, _ in program() if k == "table"}
-    lookups = {f"lookup{i}" for i in range(8)}
-    assert tables | lookups <= set(applied)
+    applied = Counter(re.findall(r"(\w+)\.apply\s*\(", text))
+    assert {t: applied[t] for t in tables} == dict.fromkeys(tables, 1)
+    main = strip_comments((P4SRC / "hotagg.p4").read_text())
+    positions = re.findall(r"HOTAGG_PROCESS_ENTRY\((\d+)\)", main)
+    assert sorted(map(int, positions)) == list(range(protocol.MAX_ENTRIES))
+    instances = re.findall(r"HotKeyLookup\(\)\s+(lookup\d+);", main)
+    assert instances == [f"lookup{i}" for i in range(protocol.MAX_ENTRIES)]
+
+
+def test_register_owners_are_instantiated_once():
+    # A register declared in a control instantiated twice would exist twice.
+    owners_ = {m[1] for m in re.finditer(r"control\s+(\w+)", control_sources())
+               if "register<" in control(m[1])[0]}  # fmt: skip
+    text = strip_comments((P4SRC / "hotagg.p4").read_text()) + control_sources()
+    counts = Counter(re.findall(r"\b([A-Z]\w*)\([^)]*\)\s+\w+;", text))
+    assert owners_ == {"Dedup", "SlotStore"}
+    assert {c: counts[c] for c in owners_} == dict.fromkeys(owners_, 1)
 
 
 # ---- the committed P4Info is the generator's output ----

@@ -1,18 +1,46 @@
 /*
- * hotagg: IPv4 routing, CPU port and replies (fragment of HotaggIngress).
+ * hotagg: IPv4 routing and the controller's port.
  *
- * Included inside `control HotaggIngress` so tables and actions keep the P4Info names of
- * docs/design.md (HotaggIngress.ipv4_lpm, ...); the macros expand in its apply block.
+ * Forwarding owns ipv4_lpm and its actions; @name(".HotaggIngress.<name>") keeps their
+ * P4Info names those of docs/design.md §2 while they are declared in this control.
  */
 #ifndef HOTAGG_FORWARDING_P4
 #define HOTAGG_FORWARDING_P4
 
-    // Scratch for swapping addresses and ports in replies.
-    ipv4_addr_t swap_addr;
-    l4_port_t swap_port;
+// Every frame that leaves by CPU_PORT reaches the controller as a PacketIn, so it carries
+// packet_in (send_to_cpu, a PacketOut to CPU_PORT, or an ipv4_forward route to CPU_PORT).
+// Stateless, so it may be instantiated wherever a frame is sent to the CPU port.
+control ToController(inout packet_in_header_t to_cpu, in port_t ingress_port) {
+    apply {
+        to_cpu.setValid();
+        to_cpu.ingress_port = ingress_port;
+        to_cpu._pad = 0;
+    }
+}
+
+// Ingress step 1: a PacketOut leaves by the port the controller chose, without its header
+// and otherwise unchanged. One sent back to the CPU port returns as a PacketIn from it.
+control FromController(inout headers_t hdr, inout standard_metadata_t standard_metadata) {
+    ToController() to_controller;
+
+    apply {
+        standard_metadata.egress_spec = hdr.packet_out.egress_port;
+        if (hdr.packet_out.egress_port == CPU_PORT) {
+            to_controller.apply(hdr.packet_in, standard_metadata.ingress_port);
+        }
+        hdr.packet_out.setInvalid();
+    }
+}
+
+// Ingress step 7: route on the (possibly swapped) destination. A hotagg packet without a
+// route counts NO_ROUTE.
+control Forwarding(inout headers_t hdr,
+                   in bool is_hotagg,
+                   inout standard_metadata_t standard_metadata)(counter stats) {
+    ToController() to_controller;
 
     // The switch answers from the MAC address the frame was sent to.
-    @id(HOTAGG_ID_ACTION_IPV4_FORWARD)
+    @name(".HotaggIngress.ipv4_forward") @id(HOTAGG_ID_ACTION_IPV4_FORWARD)
     action ipv4_forward(mac_addr_t dst_mac, port_t port) {
         standard_metadata.egress_spec = port;
         hdr.ethernet.srcAddr = hdr.ethernet.dstAddr;
@@ -20,7 +48,7 @@
         hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
     }
 
-    @id(HOTAGG_ID_ACTION_SEND_TO_CPU)
+    @name(".HotaggIngress.send_to_cpu") @id(HOTAGG_ID_ACTION_SEND_TO_CPU)
     action send_to_cpu() {
         standard_metadata.egress_spec = CPU_PORT;
         hdr.packet_in.setValid();
@@ -28,12 +56,12 @@
         hdr.packet_in._pad = 0;
     }
 
-    @id(HOTAGG_ID_ACTION_DROP)
+    @name(".HotaggIngress.drop") @id(HOTAGG_ID_ACTION_DROP)
     action drop() {
         mark_to_drop(standard_metadata);
     }
 
-    @id(HOTAGG_ID_TABLE_IPV4_LPM)
+    @name(".HotaggIngress.ipv4_lpm") @id(HOTAGG_ID_TABLE_IPV4_LPM)
     table ipv4_lpm {
         key = {
             hdr.ipv4.dstAddr : lpm @name("dst_addr");
@@ -47,38 +75,21 @@
         size = IPV4_LPM_SIZE;
     }
 
-// Ingress step 1: a PacketOut leaves by the port the controller chose, without its header
-// and otherwise unchanged. One sent back to the CPU port returns as a PacketIn from it.
-#define HOTAGG_PACKET_OUT()                                                            \
-    {                                                                                  \
-        standard_metadata.egress_spec = hdr.packet_out.egress_port;                    \
-        if (hdr.packet_out.egress_port == CPU_PORT) {                                  \
-            HOTAGG_PACKET_IN();                                                        \
-        }                                                                              \
-        hdr.packet_out.setInvalid();                                                   \
+    apply {
+        switch (ipv4_lpm.apply().action_run) {
+            ipv4_forward: {
+                // A route out of CPU_PORT is a PacketIn too.
+                if (standard_metadata.egress_spec == CPU_PORT) {
+                    to_controller.apply(hdr.packet_in, standard_metadata.ingress_port);
+                }
+            }
+            drop: {
+                if (is_hotagg) {
+                    stats.count(STAT_NO_ROUTE);
+                }
+            }
+        }
     }
-
-// Every frame that leaves by CPU_PORT reaches the controller as a PacketIn, so it carries
-// packet_in (send_to_cpu, a PacketOut to CPU_PORT, or an ipv4_forward route to CPU_PORT).
-#define HOTAGG_PACKET_IN()                                                             \
-    {                                                                                  \
-        hdr.packet_in.setValid();                                                      \
-        hdr.packet_in.ingress_port = standard_metadata.ingress_port;                   \
-        hdr.packet_in._pad = 0;                                                        \
-    }
-
-// Turn a request into the switch's reply REPLY_OP: mark it, swap IPv4 addresses and UDP
-// ports; ipv4_lpm then routes it back to the sender.
-#define HOTAGG_MAKE_REPLY(REPLY_OP)                                                    \
-    {                                                                                  \
-        hdr.hotagg.op = REPLY_OP;                                                      \
-        hdr.hotagg.flags = hdr.hotagg.flags | FLAG_FROM_SWITCH;                        \
-        swap_addr = hdr.ipv4.srcAddr;                                                  \
-        hdr.ipv4.srcAddr = hdr.ipv4.dstAddr;                                           \
-        hdr.ipv4.dstAddr = swap_addr;                                                  \
-        swap_port = hdr.udp.srcPort;                                                   \
-        hdr.udp.srcPort = hdr.udp.dstPort;                                             \
-        hdr.udp.dstPort = swap_port;                                                   \
-    }
+}
 
 #endif  /* HOTAGG_FORWARDING_P4 */

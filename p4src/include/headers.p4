@@ -1,5 +1,5 @@
 /*
- * hotagg: headers. Field names and widths match the Scapy layers in hosts/protocol.py.
+ * hotagg: headers. Field names and widths match the Scapy layers in contract/layers.py.
  */
 #ifndef HOTAGG_HEADERS_P4
 #define HOTAGG_HEADERS_P4
@@ -90,7 +90,7 @@ header hotagg_t {
     seq_t        seq;
     iteration_t  iteration;
     entry_mask_t mask;
-    entry_mask_t cached;        // COLLECT_REPLY only; written by HOTAGG_COLLECT_FINISH
+    entry_mask_t cached;        // COLLECT_REPLY only; written by HotaggIngress after COLLECT
     bit<16>      reserved;
 }
 
@@ -111,8 +111,49 @@ struct headers_t {
     entry_t[MAX_ENTRIES] entries;
 }
 
+/* ---- per-packet state (user metadata) ---- */
+
+// The job of the current request (the jobs table's set_job).
+struct job_meta_t {
+    bool        found;
+    job_index_t index;          // dense 0..MAX_JOBS-1: the dedup state's job number
+    slot_t      slot_base;      // the job's slots are [slot_base, slot_base + slot_count)
+    slot_t      slot_count;
+}
+
+// The entry position being processed (HOTAGG_PROCESS_ENTRY): written afresh for each
+// position and read only there. The per-entry controls work on this copy of the entry, so
+// they need no header stack index (p4c has no loops, and BMv2 keys cannot name a stack
+// element without a copy anyway).
+struct entry_meta_t {
+    entry_mask_t position;      // 1 << i for position i
+    hot_key_t    key;           // entries[i], as received; PULL and COLLECT rewrite it
+    value_t      value;
+    bool         hit;           // lookup_i: the key is hot for this job ...
+    slot_t       offset;        // ... at this slot offset, relative to job.slot_base
+    // Where its slot state lives: the slot's copy for this iteration and its cache cell
+    // (valid once the offset is checked). Computed apart from the actions that use them:
+    // p4c would otherwise substitute the expression into every register call, and BMv2
+    // needs one more temporary field per call, reset on every packet.
+    reg_index_t  copy_index;
+    reg_index_t  cell_index;
+}
+
 struct local_metadata_t {
-    bit<8> entries_left;    // parser loop counter over hdr.entries (as in the tutorials' mri)
+    bit<8>       entries_left;  // parser loop counter over hdr.entries (as in the tutorials' mri)
+    // Set once the packet is marked to drop; nothing later may set egress_spec again, or
+    // BMv2 forwards the packet after all (p4lang/behavioral-model#677).
+    bool         dropped;
+    bool         is_hotagg;     // UDP from or to HOTAGG_PORT (a request or a reply)
+    bool         lookup_keys;   // this request's entries are looked up in the hot-key tables
+    bool         push_fresh;    // PUSH of a new seq: its entries are aggregated
+    bool         rewrite;       // PULL, COLLECT: entries leave as EntryOps left meta.entry
+    entry_mask_t present;       // bit i set iff entries[i] is present: (1 << count) - 1
+    entry_mask_t mask;          // the mask the op builds; becomes hdr.hotagg.mask
+    entry_mask_t cached;        // COLLECT: the reply's `cached` bitmap
+    bit<8>       removed_count; // PUSH: entries removed from the packet
+    job_meta_t   job;
+    entry_meta_t entry;
 }
 
 #endif  /* HOTAGG_HEADERS_P4 */

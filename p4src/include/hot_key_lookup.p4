@@ -12,31 +12,34 @@
 #ifndef HOTAGG_HOT_KEY_LOOKUP_P4
 #define HOTAGG_HOT_KEY_LOOKUP_P4
 
-control HotKeyLookup(in job_id_t job_id,
-                     in hot_key_t entry_key,
-                     out bool hit,
-                     out slot_t slot_offset) {
+// Looks up meta.entry.key (the entry position being processed, see HOTAGG_PROCESS_ENTRY)
+// and sets meta.entry.hit and meta.entry.offset. It takes hdr and meta whole because p4c
+// copies narrower arguments in and out at every call (an extra BMv2 table per entry).
+control HotKeyLookup(inout headers_t hdr, inout local_metadata_t meta) {
 
     // Packets and bytes of every hit, per entry. v1model counts a direct counter on each
     // hit of its table by itself; the actions need not call count().
     direct_counter(CounterType.packets_and_bytes) hits;
 
-    // offset is relative to the job's slot_base; HotaggIngress checks it against the job's
-    // slot_count and NUM_SLOTS before using it (BAD_SLOT otherwise).
+    // offset is relative to the job's slot_base; SlotStore checks it against the job's
+    // slot_count and NUM_SLOTS before using it (BAD_SLOT otherwise). The hit also locates
+    // the entry's slot state for SlotStore (see entry_meta_t).
     action set_slot(slot_t offset) {
-        hit = true;
-        slot_offset = offset;
+        meta.entry.hit = true;
+        meta.entry.offset = offset;
+        meta.entry.copy_index = agg_index(hdr.hotagg.iteration, meta.job.slot_base + offset);
+        meta.entry.cell_index = (meta.job.slot_base + offset) & SLOT_MASK;
     }
 
     action miss() {
-        hit = false;
-        slot_offset = 0;
+        meta.entry.hit = false;
+        meta.entry.offset = 0;
     }
 
     table hot_keys {
         key = {
-            job_id    : exact @name("job_id");
-            entry_key : exact @name("key");
+            hdr.hotagg.job_id : exact @name("job_id");
+            meta.entry.key    : exact @name("key");
         }
         actions = {
             set_slot;

@@ -1,8 +1,9 @@
 /*
  * hotagg: sizes and the index layouts derived from them, in one place.
- * Each number equals its namesake in hosts/protocol.py (tests/test_p4src.py checks both the
- * equality and every derived mask and shift). Plain bit<W> literals on purpose: p4c folds
- * them before type checking, so they are usable as table, register and header stack sizes.
+ * These lines are the only place the numbers are written: contract/constants.py reads them
+ * (keep the `const <type> NAME = value;` form), and tests/test_p4src.py checks every derived
+ * mask and shift. Plain bit<W> literals on purpose: p4c folds them before type checking, so
+ * they are usable as table, register and header stack sizes.
  */
 #ifndef HOTAGG_SIZES_P4
 #define HOTAGG_SIZES_P4
@@ -51,5 +52,18 @@ const bit<8>  DEDUP_JOB_SHIFT = 12;  // log2(MAX_WORKERS * DEDUP_WINDOW)
 const bit<32> DEDUP_WORKER_MASK = 63;   // MAX_WORKERS - 1
 const bit<8>  DEDUP_WORKER_SHIFT = 6;   // log2(DEDUP_WINDOW)
 const bit<32> DEDUP_SEQ_MASK = 63;   // DEDUP_WINDOW - 1
+
+/* ---- slot arithmetic ---- */
+// A slot offset is usable by a job iff offset < slot_count and slot_base + offset <
+// NUM_SLOTS, the sum taken without wrap-around (each term is checked below NUM_SLOTS first).
+bool slot_in_job(in slot_t slot_base, in slot_t slot_count, in slot_t offset) {
+    return offset < slot_count && offset < NUM_SLOTS && slot_base < NUM_SLOTS &&
+           slot_base + offset < NUM_SLOTS;
+}
+
+// The slot's aggregation copy for this iteration's parity.
+reg_index_t agg_index(in iteration_t iteration, in slot_t slot) {
+    return ((iteration & 1) << SLOT_BITS) | (slot & SLOT_MASK);
+}
 
 #endif  /* HOTAGG_SIZES_P4 */

@@ -1,7 +1,7 @@
 /*
  * hotagg: types, wire constants (ops, flags, stats reasons) and parser errors.
- * docs/design.md §1-2 is the contract; hosts/protocol.py mirrors these numbers and
- * tests/test_p4src.py keeps the two equal.
+ * docs/design.md §1-2 is the contract. contract/constants.py reads the ops, flags and stats
+ * reasons from these lines (keep the `const <type> NAME = value;` form).
  */
 #ifndef HOTAGG_TYPES_P4
 #define HOTAGG_TYPES_P4
