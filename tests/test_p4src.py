@@ -1,8 +1,10 @@
-"""The P4 program, its ids and the committed P4Info agree with each other and with hosts/.
+"""The P4 program's ids, its declarations and the committed P4Info agree with each other.
 
-Pure tests: the .p4 text is read with regular expressions (p4c is not available here), the
-P4Info with protobuf. They catch a constant changed on one side only, an @id on the wrong
-object, a P4Info that no longer describes the program, and a stale committed P4Info.
+Pure tests, without p4c: declarations are read from the .p4 text, constants and pinned ids
+with the contract's own readers (contract/p4files.py), the P4Info with protobuf. They catch
+an @id on the wrong object, a P4Info that no longer describes the program, a stale committed
+P4Info, and the Scapy layers drifting from the P4 headers. What the program does is checked
+on the real compiler and switch (tests/test_p4c.py, test_packets.py, test_differential.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from p4.config.v1 import p4info_pb2
 from scapy.fields import PacketListField
 
 from contract import layers as protocol
+from contract.p4files import read_consts, read_pinned_ids
 
 REPO = Path(__file__).resolve().parent.parent
 P4SRC = REPO / "p4src"
@@ -44,10 +47,8 @@ def source(name: str) -> str:
 
 
 def consts(name: str) -> dict[str, int]:
-    pattern = (
-        r"^(?:@noWarn\(\"unused\"\)\s+)?const\s+[\w<>]+\s+(\w+)\s*=\s*(0x[0-9a-fA-F]+|\d+)\s*;"
-    )
-    return {k: int(v, 0) for k, v in re.findall(pattern, source(name), flags=re.M)}
+    """The consts of one include file, read by the contract's own reader."""
+    return read_consts(INCLUDE / name)
 
 
 def braced(text: str, start: int) -> str:
@@ -210,9 +211,8 @@ def by_name(p4info) -> dict[tuple[str, str], object]:
 
 
 def pinned_ids() -> dict[str, tuple[int, str]]:
-    text = (INCLUDE / "ids.p4").read_text()
-    lines = re.findall(r"^#define\s+(HOTAGG_ID_\w+)\s+(0x[0-9a-fA-F]+)\s*//\s*(\S+)", text, re.M)
-    return {macro: (int(value, 16), name) for macro, value, name in lines}
+    """HOTAGG_ID_<KIND>_<NAME> -> (id, P4Info name), read by the contract's own reader."""
+    return {f"HOTAGG_ID_{macro}": tuple(pinned) for macro, pinned in read_pinned_ids().items()}
 
 
 def jenkins(name: str) -> int:
@@ -226,15 +226,7 @@ def jenkins(name: str) -> int:
     return (h + (h << 15)) & 0xFFFFFFFF
 
 
-# ---- constants read by contract/constants.py ----
-
-
-def test_sizes_equal_protocol():
-    sizes = consts("sizes.p4")
-    shared = ["MAX_ENTRIES", "HEADER_LEN", "ENTRY_LEN", "NUM_SLOTS", "HOT_KEYS_SIZE", "MAX_JOBS",
-              "MAX_WORKERS", "DEDUP_WINDOW", "DEDUP_SIZE", "IPV4_LPM_SIZE", "STATS_SIZE",
-              "DROP_SCALE", "HOTAGG_PORT", "CPU_PORT"]  # fmt: skip
-    assert {k: sizes[k] for k in shared} == {k: getattr(protocol, k) for k in shared}
+# ---- derived sizes and the header layout (contract/constants.py reads the values) ----
 
 
 def test_index_layouts_follow_sizes():
@@ -250,22 +242,6 @@ def test_index_layouts_follow_sizes():
         s["DEDUP_WORKER_MASK"] << s["DEDUP_WORKER_SHIFT"]) | s["DEDUP_SEQ_MASK"]  # fmt: skip
     assert largest == s["DEDUP_SIZE"] - 1
     assert s["UDP_HEADER_LEN"] + s["HEADER_LEN"] + s["MAX_ENTRIES"] * s["ENTRY_LEN"] + 34 == 158
-
-
-def test_ops_stats_flags_equal_protocol():
-    t = consts("types.p4")
-    assert {k[3:]: v for k, v in t.items() if k.startswith("OP_") and k != "OP_MAX"} == {
-        op.name: op.value for op in protocol.Op
-    }
-    assert t["OP_MAX"] == max(protocol.Op)
-    assert {k[5:]: v for k, v in t.items() if k.startswith("STAT_")} == {
-        s.name: s.value for s in protocol.Stat
-    }
-    assert max(protocol.Stat) < consts("sizes.p4")["STATS_SIZE"]
-    assert t["FLAG_FROM_SWITCH"] == protocol.FLAG_FROM_SWITCH
-    assert t["FLAG_RETRANSMIT"] == protocol.FLAG_RETRANSMIT
-    assert t["FLAG_INVALIDATE"] == protocol.FLAG_INVALIDATE
-    assert t["HOTAGG_VERSION"] == protocol.VERSION
 
 
 def test_headers_mirror_scapy_layers():
