@@ -43,7 +43,10 @@ def bmv2_missing(binary: str | None = None) -> str | None:
     """Why BMv2 cannot be used here, or None when the BMv2 binary and p4c are on PATH."""
     missing = [b for b in (binary or bmv2_binary(), P4C_BINARY) if shutil.which(b) is None]
     if missing:
-        return f"{' and '.join(missing)} not on PATH (BMv2/p4c are not installable here)"
+        return (
+            f"{' and '.join(missing)} not on PATH (BMv2 and p4c are not packaged for Debian "
+            "or PyPI: the P4 tutorials VM has them, or build them from p4lang)"
+        )
     return None
 
 
