@@ -232,10 +232,18 @@ def plot(rows: list[dict[str, Any]], out: Path, iterations: int) -> list[str]:
                 color=color,
                 alpha=0.2,
             )
+            unfaithful = [
+                (r[x], r["measured_speedup"])
+                for r in one_ps
+                if r[group] == key and not r["faithful"] and r["measured_speedup"] is not None
+            ]
+            if unfaithful:
+                ax.plot(*zip(*unfaithful), "x", color=color, ms=9)
             bx = sorted(model.get(key, {}))
             if bx:
                 by = [sum(model[key][v]) / len(model[key][v]) for v in bx]
                 ax.plot(bx, by, "--", color=color, label=f"PS-link bound, {group[6:]}={key:g}")
+        ax.plot([], [], "x", color="grey", label="run not network-bound (fidelity)")
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("iteration p50 speed-up (server-only / offload)")
