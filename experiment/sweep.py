@@ -308,6 +308,46 @@ def plot(rows: list[dict[str, Any]], out: Path, iterations: int) -> list[str]:
     return made
 
 
+def _ratio(r: dict[str, Any], q: str) -> float | None:
+    server, offload = (
+        r.get(f"modes.server.iteration_ms.{q}"),
+        r.get(f"modes.offload.iteration_ms.{q}"),
+    )
+    return round(server / offload, 3) if server and offload else None
+
+
+def spread_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Per configuration, the speed-ups over its seeds: a single run's p99 is close to its
+    slowest iteration and moves between runs, so the spread is what to quote."""
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    keys = ("point.workers", "point.skew", "point.hot_slots", "point.loss", "point.bw",
+            "point.shards")  # fmt: skip
+    for r in rows:
+        groups[tuple(r[k] for k in keys)].append(r)
+    lines = [
+        "Over seeds (median [min-max] of server-only / offload iteration times):",
+        "",
+        "| workers | skew | slots | loss | bw | shards | seeds | p50 speed-up | p99 speed-up |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for group, members in groups.items():
+        cells = []
+        for q in ("p50", "p99"):
+            values = sorted(v for v in (_ratio(r, q) for r in members) if v is not None)
+            if not values:
+                cells.append("-")
+                continue
+            median = values[len(values) // 2] if len(values) % 2 else (
+                values[len(values) // 2 - 1] + values[len(values) // 2]) / 2  # fmt: skip
+            cells.append(f"{median:.2f}x [{values[0]:.2f}-{values[-1]:.2f}]")
+        w, skew, slots, loss, bw, shards = group
+        lines.append(
+            f"| {w} | {skew:g} | {slots} | {loss:g} | {bw:g} | {shards} | {len(members)} | "
+            f"{cells[0]} | {cells[1]} |"
+        )
+    return lines
+
+
 def report(out: Path, rows: list[dict[str, Any]], figures: list[str], failed: list[str]) -> None:
     lines = [f"# Sweep {out.name}", "", "One row per run (runs/ has each run's own report).", ""]
     lines.append(
@@ -326,6 +366,7 @@ def report(out: Path, rows: list[dict[str, Any]], figures: list[str], failed: li
             f"{r['measured_speedup']} | {r['model_speedup']} | {within} | "
             f"{r.get('fidelity.bottleneck')} | {r.get('exact')} |"
         )
+    lines += ["", *spread_table(rows)]
     faithful = [r for r in rows if r["faithful"] and r["model_error"] is not None]
     close = [r for r in faithful if abs(r["model_error"]) <= MODEL_TOLERANCE]
     lines += [

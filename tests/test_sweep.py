@@ -44,7 +44,10 @@ def test_flatten_keeps_every_field() -> None:
 
 
 def fake_summary(workers: int, skew: float, seed: int, speedup: float) -> dict:
-    mode = {"ps_packets_in": 100 * workers, "iteration_ms": {"p50": 10.0 * speedup}}
+    mode = {
+        "ps_packets_in": 100 * workers,
+        "iteration_ms": {"p50": 10.0 * speedup, "p99": 20.0 * speedup},
+    }
     return {
         "target": "embedded",
         "iterations": 30,
@@ -52,7 +55,13 @@ def fake_summary(workers: int, skew: float, seed: int, speedup: float) -> dict:
         "speedup": {"iteration_ms": speedup},
         "model": {"speedup": 1.25 + 0.1 * skew},
         "fidelity": {"faithful": seed == 1, "bottleneck": "ps_link" if seed == 1 else "cpu"},
-        "modes": {"server": mode, "offload": {**mode, "ps_packets_in": 70 * workers}},
+        "modes": {
+            "server": mode,
+            "offload": {
+                "ps_packets_in": 70 * workers,
+                "iteration_ms": {"p50": 10.0, "p99": 20.0 + seed},
+            },
+        },
     }
 
 
@@ -78,3 +87,5 @@ def test_rows_plots_and_report(tmp_path: Path) -> None:
     assert "within 15% of the PS-link bound: 2 of 4 (of 8 runs)" in text
     assert "(not faithful)" in text and "W=16 ... (failed)" in text
     assert "![ps_packets.png](ps_packets.png)" in text
+    # Spread over seeds: p99 speed-ups 20*1.3/21 and 20*1.3/22 for 4 workers.
+    assert f"| 4 | 1.1 | 256 | 0 | 10 | 1 | 2 | 1.30x [1.30-1.30] | {26 / 21.5:.2f}x" in text
