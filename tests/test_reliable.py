@@ -1,0 +1,163 @@
+"""hosts/reliable.py on its own: a fake clock and a list for a network."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from contract.codec import Message, decode
+from contract.constants import FLAG_FROM_SWITCH, FLAG_RETRANSMIT, Op
+from hosts.agent import RttEstimator
+from hosts.reliable import ReliableChannel, Request, Window
+
+PS, PS2 = ("10.0.0.1", 18497), ("10.0.0.2", 18497)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Net:
+    """What the channel sent, decoded, with where to."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Message, tuple[str, int]]] = []
+
+    def __call__(self, data: bytes, dest: tuple[str, int]) -> None:
+        self.sent.append((decode(data), dest))
+
+    def take(self) -> list[tuple[Message, tuple[str, int]]]:
+        out, self.sent = self.sent, []
+        return out
+
+
+def push(seq: int, dest=PS, **kw) -> Request:
+    m = Message(Op.PUSH, 0, 1, 2, seq, 1, 0, (seq,), (seq * 10,))
+    return Request(m, dest, "push", **kw)
+
+
+def ack(seq: int, flags: int = 0) -> Message:
+    return Message(Op.PUSH_ACK, flags, 1, 2, seq, 1, 0)
+
+
+def channel(window: Window | None = None, **kw):
+    clock, net, counters = Clock(), Net(), Counter()
+    rtt = RttEstimator(0.001, 1.0, initial=0.01)
+    ch = ReliableChannel(net, counters, rtt, window or Window(64), clock=clock, **kw)
+    return ch, clock, net, counters
+
+
+def answer(ch: ReliableChannel, m: Message, **kw) -> Request:
+    r = ch.lookup(m.seq)
+    assert r is not None
+    ch.answered(r, m, **kw)
+    return r
+
+
+def test_requests_are_typed_and_resent_through_the_codec_with_the_flag() -> None:
+    ch, clock, net, counters = channel()
+    r = push(1, context={"why": "the caller's"})
+    assert r.id == 1 and r.kind == "push" and decode(r.data) == r.msg
+    ch.submit([r])
+    ch.pump()
+    [(m, dest)] = net.take()
+    assert m == r.msg and dest == PS and r.tries == 0 and r.first == clock.now
+    clock.now += 0.005
+    ch.pump()
+    assert net.take() == []  # not due yet (initial timeout 10 ms)
+    clock.now += 0.006
+    ch.pump()
+    [(m, _)] = net.take()
+    assert m == r.msg._replace(flags=FLAG_RETRANSMIT)  # the same request, flagged
+    assert r.tries == 1 and counters["push_retransmits"] == 1
+    assert ch.wake_in(1.0) == pytest.approx(0.02)  # doubled per resend
+
+
+def test_span_bounds_seqs_ahead_of_the_lowest_unanswered() -> None:
+    ch, _, net, _ = channel(span=4)
+    ch.submit([push(s) for s in range(1, 11)])
+    ch.pump()
+    assert [m.seq for m, _ in net.take()] == [1, 2, 3, 4]
+    answer(ch, ack(2), ordered=False)
+    ch.pump()
+    assert net.take() == []  # seq 1 still unanswered: 5 would be 4 ahead of it
+    answer(ch, ack(1), ordered=False)
+    ch.pump()
+    assert [m.seq for m, _ in net.take()] == [5, 6]
+
+
+def test_a_reply_over_an_ordered_path_resends_earlier_requests_to_that_destination() -> None:
+    ch, clock, net, counters = channel()
+    ch.submit([push(1), push(2, PS2), push(3), push(4)])
+    ch.pump()
+    net.take()
+    clock.now += 0.001
+    answer(ch, ack(3, FLAG_FROM_SWITCH), ordered=False)  # a switch reply may overtake
+    assert net.take() == []
+    answer(ch, ack(4), ordered=True)
+    # seq 1 went to the same PS before 4 and is unanswered: lost. Seq 2 went elsewhere.
+    assert [(m.seq, m.flags, d) for m, d in net.take()] == [(1, FLAG_RETRANSMIT, PS)]
+    assert counters["push_fast_retransmits"] == 1
+    answer(ch, ack(2), ordered=True)
+    assert net.take() == []  # seq 1 was resent after 2 was sent: wait for it
+
+
+def test_a_second_reply_to_a_resent_request_is_a_spurious_resend_and_a_round_trip() -> None:
+    ch, clock, net, counters = channel()
+    ch.submit([push(1)])
+    ch.pump()
+    clock.now += 0.011
+    ch.pump()  # timeout: resent
+    assert len(net.take()) == 2
+    clock.now += 0.030  # the original's reply arrives 41 ms after it was sent
+    assert not ch.spurious(ack(1))
+    answer(ch, ack(1), ordered=False)
+    assert ch.rtt.srtt is None  # Karn: a reply to a resent request is no sample
+    assert ch.spurious(ack(1))  # the resend's reply: the first answered the original
+    assert counters["spurious_retransmits"] == 1
+    assert ch.rtt.srtt == pytest.approx(0.041)  # the original's round trip (a lower bound)
+    assert not ch.spurious(ack(1))  # once
+
+
+def test_no_resend_while_replies_keep_coming() -> None:
+    ch, clock, net, _ = channel()
+    ch.submit([push(s) for s in range(1, 5)])
+    ch.pump()
+    net.take()
+    for s in (1, 2):  # one reply per 8 ms: each one's due time passes, yet replies flow
+        clock.now += 0.008
+        answer(ch, ack(s), ordered=False)
+        ch.pump()
+    assert ch.rtt.srtt is not None and net.take() == []
+
+
+def test_retry_budget_give_up_and_cancel() -> None:
+    lost = []
+    ch, clock, net, counters = channel(on_lost=lost.append)
+    wb = push(1, retries=0)
+    ch.submit([wb, push(2, retries=1)])
+    ch.pump()
+    clock.now += 0.011
+    ch.pump()
+    assert lost == [wb] and counters["push_unanswered"] == 1  # sent once, given up
+    assert [m.seq for m, _ in net.take()] == [1, 2, 2]  # 2 resent once
+    ch.submit([Request(push(3).msg, PS, "collect")])
+    ch.cancel("push")
+    assert [r.id for r in lost] == [1, 2] and ch.busy() and not ch.busy("push")
+    ch.cancel("collect")
+    assert not ch.busy() and counters["collect_dropped"] == 1  # never sent: dropped
+
+
+def test_copies_of_first_transmissions() -> None:
+    ch, clock, net, _ = channel(copies=lambda: 2)
+    ch.submit([push(1)])
+    ch.pump()
+    assert len(net.take()) == 2
+    clock.now += 0.011
+    ch.pump()
+    assert len(net.take()) == 1  # a resend is one packet
