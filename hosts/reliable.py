@@ -7,9 +7,17 @@ no socket and no loop: the agent passes it a `send` function, calls `pump()` whe
 hands it each reply it matched (`answered`), and sleeps at most `wake_in()`.
 
 Loss recovery (the rules both agents followed separately before):
-- a request is resent (re-encoded with FLAG_RETRANSMIT) once its timeout passed (srtt + 4
-  rttvar, doubled per resend, RFC 6298 through `RttEstimator`) and no reply at all came for
-  one base timeout: replies still flowing mean a queue is being worked through;
+- a request is resent (re-encoded with FLAG_RETRANSMIT) once its timeout passed and no reply
+  at all came for one timeout: replies still flowing mean a queue is being worked through.
+  Then only the oldest due request per destination is resent (as TCP resends only its first
+  unacknowledged segment on a timeout, RFC 6298 5.4); the others wait for another timeout, or
+  for the fast retransmit below: a peer that stalled (a descheduled process on shared cores)
+  would otherwise get its whole window again, for nothing;
+- the timeout is srtt + 4 rttvar (RFC 6298, through `RttEstimator`), doubled per resend, but
+  at least the largest round trip of the last PEAK_PERIOD or two: under BSP all workers start
+  a phase at once, so each iteration's first requests queue behind every worker's window,
+  and an estimator smoothed over the burst's later, shorter round trips has forgotten that
+  by the next iteration;
 - at once when a later request to the same destination is answered over an ordered path (the
   switch and the PS handle a port's packets in order), since then it, or its reply, was lost;
 - a request with a retry budget (`retries`) is given up when it runs out (`on_lost`);
@@ -18,7 +26,32 @@ Loss recovery (the rules both agents followed separately before):
   fed to the estimator (Karn's rule alone would never see the longer round trip of a queue).
   Counted as `spurious_retransmits`.
 
-How many requests may be in flight is the `Window`'s (fixed for now).
+Congestion control (`Window`): the number of requests in flight adapts, AIMD on the window
+with a delay signal, in the spirit of TCP Vegas and Swift, with CoDel's test for a standing
+queue:
+- each first transmission's round trip is compared with the smallest recent one on its path
+  class (a reply from the switch and one from the PS cross different links, so each has its
+  own base); once per round trip, the smallest excess over the base among that round trip's
+  replies is the standing queue. A burst that drains within the round trip, or a reply late
+  because a process was descheduled, leaves that minimum small; only a queue that every
+  request met raises it;
+- above the target (the larger of TARGET_FLOOR and TARGET_FACTOR base round trips) the window
+  shrinks in proportion to the excess, as Swift does: by BETA * (excess - target) / rtt, at
+  most by half; every reply adds 1 / window (one per round trip), or 1 until the first
+  decrease (slow start, from INITIAL_WINDOW);
+- a resend shrinks it too (x0.5 on a timeout, x0.7 on a fast retransmit, which shows the path
+  still delivers), at most once per round trip, and a resend later proved spurious undoes
+  that (Eifel);
+- the window stays between 1 and the channel's limit (the dedup window, DEDUP_WINDOW = 64,
+  for pushes: their seqs also never run more than `span` ahead of the lowest unanswered one).
+Why delay and not loss alone: the links here do not drop (a queue at the 10 Mbit/s PS link just
+grows), and a loss signal comes only after the timeouts, spurious or not, that the growing
+queue causes. A standing queue of a few milliseconds keeps the bottleneck busy while a worker
+waits to be scheduled, and keeps the round trip, and with it the timeout, close to the base.
+Why the minimum rather than each reply (Swift) or the share of late replies (DCTCP): Python
+processes on two shared cores add milliseconds of scheduling jitter to single replies; reacting
+to them (tried first) kept the windows at a few requests and made iterations slower than with
+no congestion control at all.
 """
 
 from __future__ import annotations
@@ -35,6 +68,16 @@ from hosts.agent import Address, RttEstimator
 
 C = TypeVar("C")
 
+MIN_WINDOW = 1.0
+INITIAL_WINDOW = 8.0
+TARGET_FLOOR = 0.005  # s of standing queue always tolerated
+TARGET_FACTOR = 1.0  # and a standing queue of up to this many base round trips
+BETA = 0.8  # Swift's scale of the decrease per round trip, by the excess over the target
+MAX_DECREASE = 0.5  # at most halve per round trip on delay
+LOSS_DECREASE = 0.5  # on a retransmission timeout
+FAST_LOSS_DECREASE = 0.7  # on a fast retransmit (CUBIC's beta)
+BASE_PERIOD = 10.0  # s: the base round trip is the minimum over the last one or two periods
+PEAK_PERIOD = 1.0  # s: the timeout covers the largest round trip of the last one or two
 _SPURIOUS_MEMORY = 4096  # answered resent requests remembered (really lost ones never pair)
 
 
@@ -73,25 +116,95 @@ class Request(Generic[C]):
         return self.retries is not None and self.tries >= self.retries
 
 
-class Window:
-    """How many requests may be in flight: `limit`. The channel reports round trips, losses
-    and spurious resends to it (for a window that adapts)."""
+class _Windowed:
+    """The extreme (min or max) sample of the current and the previous `period`."""
 
-    def __init__(self, limit: int, adaptive: bool = False) -> None:
+    __slots__ = ("cur", "period", "pick", "prev", "since")
+
+    def __init__(self, pick: Callable[[float, float], float], period: float) -> None:
+        self.pick, self.period = pick, period
+        self.cur = self.prev = float("inf") if pick is min else 0.0
+        self.since = 0.0
+
+    def update(self, x: float, now: float) -> float:
+        if now - self.since >= self.period:
+            self.prev, self.cur, self.since = self.cur, x, now
+        else:
+            self.cur = self.pick(self.cur, x)
+        return self.pick(self.cur, self.prev)
+
+    def value(self) -> float:
+        return self.pick(self.cur, self.prev)
+
+
+class Window:
+    """How many requests may be in flight: AIMD on delay and loss (module docstring), or a
+    fixed `limit` when not `adaptive`."""
+
+    def __init__(self, limit: int, adaptive: bool = True, initial: float = INITIAL_WINDOW) -> None:
         self.limit, self.adaptive = limit, adaptive
-        self.cwnd = float(limit)
+        self.cwnd = float(min(initial, limit) if adaptive else limit)
+        self.ssthresh = float(limit)
+        self.base: dict[object, _Windowed] = {}
+        self._hold = 0.0  # no decrease before this (once per round trip)
+        self._undo: float | None = None  # the window before a loss decrease
+        # the smallest queueing (and its round trip) of the replies of this round trip
+        self._excess, self._excess_rtt = float("inf"), 0.0
+        self._epoch_end = 0.0
+        self.decreases: Counter[str] = Counter()  # delay, loss, undo
 
     def allowed(self) -> int:
         return int(self.cwnd)
 
+    def describe(self) -> dict:
+        """For summaries: the window now, the base round trip per path (ms), decreases."""
+        return {
+            "window": round(self.cwnd, 2),
+            "base_rtt_ms": {str(p): round(1e3 * m.value(), 3) for p, m in self.base.items()},
+            **{f"window_{k}": n for k, n in self.decreases.items()},
+        }
+
     def on_sample(self, rtt: float, path: object, now: float, srtt: float) -> None:
         """A first transmission's round trip on `path` (e.g. answered by the switch or not)."""
+        if not self.adaptive:
+            return
+        m = self.base.get(path)
+        if m is None:
+            m = self.base[path] = _Windowed(min, BASE_PERIOD)
+        base = m.update(rtt, now)
+        # The queue a round trip's requests all met is its smallest excess over the base:
+        # a burst that drains within the round trip, or one late reply, leaves it small.
+        excess = rtt - base
+        if excess < self._excess:
+            self._excess, self._excess_rtt = excess, rtt
+        self.cwnd += 1.0 if self.cwnd < self.ssthresh else 1.0 / self.cwnd
+        if self.cwnd > self.limit:
+            self.cwnd = float(self.limit)
+        if now < self._epoch_end:
+            return
+        target = max(TARGET_FLOOR, TARGET_FACTOR * base)
+        if self._excess > target and now >= self._hold:
+            over = (self._excess - target) / self._excess_rtt
+            self._undo = None
+            self._decrease(max(1.0 - BETA * over, 1.0 - MAX_DECREASE), now, srtt, "delay")
+        self._excess, self._epoch_end = float("inf"), now + srtt
 
     def on_loss(self, now: float, srtt: float, timeout: bool) -> None:
-        """A resend, after a timeout or a fast retransmit."""
+        if self.adaptive and now >= self._hold:
+            self._undo = self.cwnd
+            self._decrease(LOSS_DECREASE if timeout else FAST_LOSS_DECREASE, now, srtt, "loss")
 
     def on_spurious(self) -> None:
-        """A resend proved spurious."""
+        """A resend proved spurious: undo the loss decrease it caused (if none came since)."""
+        if self._undo is not None and self._undo > self.cwnd:
+            self.cwnd, self.ssthresh, self._undo = self._undo, max(self.ssthresh, self._undo), None
+            self.decreases["undo"] += 1
+
+    def _decrease(self, factor: float, now: float, srtt: float, why: str) -> None:
+        self.cwnd = max(MIN_WINDOW, self.cwnd * factor)
+        self.ssthresh = self.cwnd
+        self._hold = now + srtt
+        self.decreases[why] += 1
 
 
 class ReliableChannel(Generic[C]):
@@ -126,12 +239,13 @@ class ReliableChannel(Generic[C]):
         self.inflight: dict[int, Request[C]] = {}  # insertion order = seq order
         self._quiet = 0.0  # no resend before this
         self._resent_answered: dict[tuple[int, int], float] = {}  # (op, seq) -> rtt bound
+        self._peak = _Windowed(max, PEAK_PERIOD)  # round trips, for the timeout
 
     # --- what the agent asks ---
 
     def submit(self, reqs: Iterable[Request[C]]) -> None:
         self.queue.extend(reqs)
-        self._quiet = max(self._quiet, self._clock() + self.rtt.timeout())
+        self._quiet = max(self._quiet, self._clock() + self._timeout())
 
     def busy(self, kind: str | None = None) -> bool:
         """Whether requests (of `kind`) are queued or unanswered."""
@@ -159,12 +273,20 @@ class ReliableChannel(Generic[C]):
         """Resend (or give up) what is due, then send what the window has room for."""
         now = self._clock()
         if now >= self._quiet:
+            probed: set[Address] = set()
             for r in [r for r in self.inflight.values() if r.due <= now]:
                 if r.exhausted:
                     self._give_up(r)
-                else:
+                elif r.dest not in probed:
+                    # Only the oldest due request per destination: when nothing came back for
+                    # a timeout, the peer may just have stalled (a descheduled process), and
+                    # then every request in flight would be resent for nothing. Its reply, or
+                    # the next timeout, tells.
+                    probed.add(r.dest)
                     self._resend(r, now)
                     self.window.on_loss(now, self._srtt(), timeout=True)
+            if probed:
+                self._quiet = now + self._timeout()
         self._fill()
 
     def wake_in(self, limit: float) -> float:
@@ -181,19 +303,21 @@ class ReliableChannel(Generic[C]):
         """`reply` answers `r` (the caller checked it). `ordered`: it came over a path that
         keeps order with the requests sent before `r` to the same destination (so those
         still unanswered were lost). `path`: the class of path for the delay signal."""
-        del self.inflight[r.id]
+        del self.inflight[r.msg.seq]
         now = self._clock()
         if r.tries == 0:
             sample = now - r.first
             self.rtt.sample(sample)
-            self.window.on_sample(sample, path, now, self._srtt())
+            self._peak.update(sample, now)
+            if self.window.adaptive:
+                self.window.on_sample(sample, path, now, self._srtt())
         elif self.track_spurious:
             # If a second reply follows, this one answered a send before the last (the
             # paths keep order), so now - before_last is a lower bound of its round trip.
             self._resent_answered[reply.op, reply.seq] = now - r.before_last
             if len(self._resent_answered) > _SPURIOUS_MEMORY:
                 del self._resent_answered[next(iter(self._resent_answered))]
-        self._quiet = now + self.rtt.timeout()
+        self._quiet = now + self._timeout()
         if ordered:
             self._fast_retransmit(r, now)
 
@@ -205,6 +329,7 @@ class ReliableChannel(Generic[C]):
         if bound is None:
             return False
         self.rtt.sample(bound)
+        self._peak.update(bound, self._clock())
         self.window.on_spurious()
         self.counters["spurious_retransmits"] += 1
         return True
@@ -214,27 +339,45 @@ class ReliableChannel(Generic[C]):
     def _srtt(self) -> float:
         return self.rtt.srtt if self.rtt.srtt is not None else self.rtt.timeout()
 
+    def _timeout(self, tries: int = 0) -> float:
+        """The estimator's timeout, but at least the largest recent round trip: in BSP every
+        worker starts a phase at once, so the first requests of each burst queue behind all
+        the others' windows, every iteration, and an estimator smoothed over the burst's
+        later, shorter round trips has forgotten that by the next one."""
+        peak = self._peak.value()
+        if peak <= 0.0:
+            return self.rtt.timeout(tries)
+        return min(self.rtt.cap, max(self.rtt.timeout(tries), peak * (1 << tries)))
+
     def _fill(self) -> None:
         inflight, queue = self.inflight, self.queue
-        while queue and len(inflight) < max(1, self.window.allowed()):
+        if not queue:
+            return
+        room = max(1, self.window.allowed()) - len(inflight)
+        end = None  # seqs from here on wait for the lowest unanswered one
+        if self.span is not None:
+            end = (next(iter(inflight.values())).id if inflight else queue[0].id) + self.span
+        timeout, clock, send, counters = self._timeout(), self._clock, self._send, self.counters
+        while queue and room > 0:
             r = queue[0]
-            lowest = next(iter(inflight.values())).id if inflight else r.id
-            if self.span is not None and r.id >= lowest + self.span:
+            if end is not None and r.id >= end:
                 break
             queue.popleft()
+            room -= 1
             # Stamped at each send, not once per burst: a burst's later requests would
             # otherwise carry the time before the earlier ones' sends in their latency.
-            r.first = r.last = self._clock()
+            r.first = r.last = clock()
             r.wall = time.time()
-            r.due = r.first + self.rtt.timeout()
+            r.due = r.first + timeout
             for _ in range(self._copies() if self._copies else 1):
-                self._send(r.data, r.dest)
-            inflight[r.id] = r
-            self.counters[f"{r.kind}_sent"] += 1
+                send(r.data, r.dest)
+            inflight[r.msg.seq] = r
+            counters[r.kind + "_sent"] += 1
 
     def _fast_retransmit(self, answered: Request[C], now: float) -> None:
-        for r in list(self.inflight.values()):  # in seq order, which is send order
-            if r.id >= answered.id:
+        last = answered.msg.seq
+        for r in self.inflight.values():  # in seq order, which is send order
+            if r.msg.seq >= last:
                 break
             if r.dest == answered.dest and r.last <= answered.first and not r.exhausted:
                 self._resend(r, now)
@@ -244,7 +387,7 @@ class ReliableChannel(Generic[C]):
     def _resend(self, r: Request[C], now: float) -> None:
         r.tries += 1
         r.before_last, r.last = r.last, now
-        r.due = now + self.rtt.timeout(r.tries)
+        r.due = now + self._timeout(r.tries)
         self._send(r.retransmission(), r.dest)
         self.counters[f"{r.kind}_retransmits"] += 1
         if self._on_resend is not None:

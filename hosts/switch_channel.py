@@ -55,7 +55,7 @@ class SwitchChannel:
             send,
             counters,
             RttEstimator(config.rto, config.rto_max),
-            Window(config.collect_window, adaptive=False),
+            Window(config.collect_window),
             on_lost=self._lost,
         )
         self.cached: dict[int, int] = {}

@@ -172,7 +172,7 @@ class Worker:
             self._send,
             self.counters,
             RttEstimator(config.rto, config.rto_max),
-            Window(config.window, adaptive=False),
+            Window(config.window),
             span=config.window,
             on_resend=self._on_resend,
         )
@@ -279,6 +279,7 @@ class Worker:
             "losses": r.losses,
             "counters": r.counters,
             "hot_keys": r.hot_keys,
+            "congestion": self._data.window.describe(),
             "workload": self.workload.describe(),
         }
 

@@ -161,3 +161,116 @@ def test_copies_of_first_transmissions() -> None:
     clock.now += 0.011
     ch.pump()
     assert len(net.take()) == 1  # a resend is one packet
+
+
+# --- the congestion window ---
+
+
+def replies(w: Window, rtts: list[float], clock: Clock, path: object = 0, gap: float = 0.0005):
+    for rtt in rtts:
+        clock.now += gap
+        w.on_sample(rtt, path, clock.now, srtt=0.002)
+
+
+def test_window_grows_while_the_round_trip_stays_near_its_base() -> None:
+    w, clock = Window(64), Clock()
+    assert w.allowed() == 8  # starts small, not at the dedup window
+    replies(w, [0.001] * 8, clock)
+    assert w.allowed() == 16  # slow start: one more per reply
+    replies(w, [0.0012] * 100, clock)
+    assert w.allowed() == 64  # never past the limit (the dedup window)
+    fixed = Window(64, adaptive=False)
+    replies(fixed, [0.5] * 10, clock)
+    assert fixed.allowed() == 64
+
+
+def test_window_shrinks_when_requests_queue_and_regrows_by_one_per_window() -> None:
+    w, clock = Window(64), Clock()
+    replies(w, [0.001] * 40, clock)
+    assert w.allowed() == 48
+    # A standing queue far past the target (5 ms or one base round trip): every reply of a
+    # round trip (2 ms) is 19 ms late, so it halves once per round trip.
+    for _ in range(20):
+        replies(w, [0.020] * 4, clock, gap=0.001)
+    assert w.allowed() <= 2 and w.decreases["delay"] >= 6
+    replies(w, [0.001] * 10, clock)
+    assert 3 <= w.allowed() <= 5  # additive increase now (slow start would give 12)
+
+
+def test_late_replies_that_are_not_a_standing_queue_cost_nothing() -> None:
+    # Scheduling jitter (one reply in 4 is 20 ms late) and bursts that drain within the
+    # round trip (the first replies queued, the last not): some reply of every round trip
+    # came back near the base, so nothing is queued for good.
+    w, clock = Window(64), Clock()
+    for _ in range(60):
+        replies(w, [0.001] * 3 + [0.021], clock, gap=0.0005)
+        replies(w, [0.015, 0.010, 0.005, 0.001], clock, gap=0.0005)
+    assert w.allowed() == 64 and w.decreases["delay"] == 0
+
+
+def test_base_round_trip_is_kept_per_path() -> None:
+    # Replies from the switch come back far sooner than the PS's: measured against the
+    # switch's base, every PS reply would look queued.
+    w, clock = Window(64), Clock()
+    for _ in range(30):
+        replies(w, [0.0002], clock, path=True)
+        replies(w, [0.002], clock, path=False)
+    assert w.decreases["delay"] == 0 and w.allowed() == 64
+
+
+def test_loss_shrinks_the_window_and_a_spurious_resend_undoes_it() -> None:
+    w, clock = Window(64), Clock()
+    replies(w, [0.001] * 24, clock)
+    assert w.allowed() == 32
+    w.on_loss(clock.now, 0.002, timeout=True)
+    assert w.allowed() == 16
+    w.on_loss(clock.now + 0.001, 0.002, timeout=True)
+    assert w.allowed() == 16  # at most once per round trip
+    w.on_spurious()
+    assert w.allowed() == 32 and w.decreases["undo"] == 1
+    w.on_loss(clock.now + 0.01, 0.002, timeout=False)
+    assert w.allowed() == 22  # a fast retransmit: x0.7
+
+
+def test_channel_sends_within_the_window_and_feeds_it() -> None:
+    ch, clock, net, _ = channel(Window(64, initial=2))
+    ch.submit([push(s) for s in range(1, 11)])
+    ch.pump()
+    assert [m.seq for m, _ in net.take()] == [1, 2]
+    clock.now += 0.001
+    answer(ch, ack(1), ordered=False)
+    ch.pump()
+    assert [m.seq for m, _ in net.take()] == [3, 4]  # slow start: the window is 3 now
+
+
+def test_a_stalled_peer_gets_one_probe_per_destination_not_its_whole_window() -> None:
+    ch, clock, net, counters = channel()
+    ch.submit([push(1), push(2), push(3, PS2), push(4)])
+    ch.pump()
+    net.take()
+    clock.now += 0.011  # nothing came back for a timeout
+    ch.pump()
+    assert [(m.seq, d) for m, d in net.take()] == [(1, PS), (3, PS2)]
+    ch.pump()
+    assert net.take() == []  # the rest wait for another timeout
+    clock.now += 0.001
+    for s in (1, 2, 3, 4):  # the peers wake up and answer the originals
+        answer(ch, ack(s), ordered=True)
+    assert net.take() == [] and counters["push_retransmits"] == 2
+
+
+def test_the_timeout_covers_the_largest_recent_round_trip() -> None:
+    ch, clock, _, _ = channel()
+    ch.submit([push(1)])
+    ch.pump()
+    clock.now += 0.030  # one burst's first request waited 30 ms
+    answer(ch, ack(1), ordered=False)
+    for s in range(2, 40):  # then the rest of the burst came back in 1 ms each
+        ch.submit([push(s)])
+        ch.pump()
+        clock.now += 0.001
+        answer(ch, ack(s), ordered=False)
+    assert ch.rtt.timeout() < 0.01
+    ch.submit([push(40)])
+    ch.pump()
+    assert ch.wake_in(1.0) == pytest.approx(0.030)  # still the burst's 30 ms
