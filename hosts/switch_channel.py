@@ -17,6 +17,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from contract.codec import Message
@@ -35,9 +36,21 @@ _Item = tuple[list[int], list[int], int, int]
 _OPS = {"collect": Op.COLLECT, "invalidate": Op.COLLECT, "writeback": Op.WRITEBACK}
 
 
+@dataclass
+class CollectReply:
+    """What a COLLECT_REPLY said: `result` for the log; this shard's collected (key, sum,
+    offset) entries; the (offset, key) slots the switch refreshed to the next iteration, and
+    the offsets whose refresh it refused (the slot does not cache what the PS believed)."""
+
+    result: str
+    collected: list[tuple[int, int, int]] = field(default_factory=list)
+    refreshed: list[tuple[int, int]] = field(default_factory=list)
+    refused: list[int] = field(default_factory=list)
+
+
 class SwitchChannel:
-    """COLLECT and WRITEBACK between one PS shard and its switch. `cached` maps each key to
-    the iteration its WRITEBACK was acked for (the keys the switch's cache holds)."""
+    """COLLECT and WRITEBACK between one PS shard and its switch. It reports what the switch
+    answered; what the PS makes of it (hosts/switch_cache.py) is the PS's."""
 
     def __init__(
         self,
@@ -45,8 +58,12 @@ class SwitchChannel:
         send: Callable[[bytes, Address], None],
         row: RowWriter,
         counters: Counter[str],
+        refresh_lost: Callable[[int, int], None],
     ) -> None:
+        """`refresh_lost(offset, key)`: a COLLECT that asked to refresh that slot was given
+        up, so the switch may or may not have refreshed it."""
         self.cfg = config
+        self._refresh_lost = refresh_lost
         self._row, self.counters = row, counters
         # retries per kind; an INVALIDATE is never given up: a refresh left standing could be
         # served to a pull (the deadline bounds the run instead)
@@ -58,15 +75,6 @@ class SwitchChannel:
             Window(config.collect_window),
             on_lost=self._lost,
         )
-        self.cached: dict[int, int] = {}
-        # What this PS believes the switch cache holds: offset -> (key, iteration), from
-        # refreshes and acked WRITEBACKs (the switch checks both before it refreshes), and
-        # key -> offset where its sums were last collected.
-        self.slot_cache: dict[int, tuple[int, int]] = {}
-        self.offset_of: dict[int, int] = {}
-        # (offset, key) whose refresh was asked in a COLLECT given up (--collect-retries):
-        # the switch may have refreshed them, so the PS invalidates them
-        self.unsure: list[tuple[int, int]] = []
         self._seq = 1
         self._warned_lost = False
 
@@ -126,44 +134,35 @@ class SwitchChannel:
 
     # --- replies ---
 
-    def on_collect_reply(
-        self, m: Message, collecting: bool
-    ) -> tuple[str, list[tuple[int, int, int]], list[tuple[int, int]]]:
+    def on_collect_reply(self, m: Message, collecting: bool) -> CollectReply:
         """Read a COLLECT_REPLY (`collecting`: the PS's barrier is collecting, or
-        invalidating); return the result for the log, (key, sum, offset) of this shard's
-        collected entries and the (offset, key) pairs whose cache the switch refreshed."""
+        invalidating)."""
         kind = "invalidate" if m.flags & FLAG_INVALIDATE else "collect"
-        collected: list[tuple[int, int, int]] = []
-        refreshed: list[tuple[int, int]] = []
+        out = CollectReply("late_reply")
         if self._net.spurious(m):
-            return "late_reply", collected, refreshed
+            return out
         r = self._net.lookup(m.seq)
         if r is None or r.kind != kind or m.iteration != r.msg.iteration or not collecting:
-            return "late_reply", collected, refreshed
+            return out
         keys, offsets, ask = r.msg.keys, r.msg.values, r.msg.mask
         if m.count != len(offsets):
-            return "bad_reply", collected, refreshed  # left in flight: asked again
+            out.result = "bad_reply"  # left in flight: asked again
+            return out
         # The switch answers in order: an unanswered COLLECT sent (last) before this one was
         # first sent is lost, or its reply is; the engine asks again now.
         self._net.answered(r, m, ordered=True)
         self._row(r.wall, r.wall, time.time(), "COLLECT", m, "collected", self.cfg.switch)
         if kind == "invalidate":
-            return "invalidate_reply", collected, refreshed
-        space, n, shard, nxt = (
-            self.cfg.key_space,
-            self.cfg.n_shards,
-            self.cfg.shard,
-            m.iteration + 1,
-        )
+            out.result = "invalidate_reply"
+            return out
+        out.result = "collect_reply"
+        space, n, shard = self.cfg.key_space, self.cfg.n_shards, self.cfg.shard
         for i, (key, value) in enumerate(zip(m.keys, m.values)):
             if ask >> i & 1:
                 if m.cached >> i & 1:
-                    self.slot_cache[offsets[i]] = (keys[i], nxt)
-                    self.cached[keys[i]] = nxt
-                    refreshed.append((offsets[i], keys[i]))
+                    out.refreshed.append((offsets[i], keys[i]))
                 else:
-                    self.slot_cache.pop(offsets[i], None)
-                    self.counters["refresh_refused"] += 1
+                    out.refused.append(offsets[i])
             if not m.mask >> i & 1:
                 continue
             if key >= space:
@@ -171,33 +170,23 @@ class SwitchChannel:
             elif key % n != shard:
                 self.counters["collect_other_shard"] += 1  # another shard's PS takes it
             else:
-                collected.append((key, value, offsets[i]))
-                self.offset_of[key] = offsets[i]
-        self.counters["refreshed"] += len(refreshed)
-        return "collect_reply", collected, refreshed
+                out.collected.append((key, value, offsets[i]))
+        self.counters["refreshed"] += len(out.refreshed)
+        self.counters["refresh_refused"] += len(out.refused)
+        return out
 
-    def on_writeback_ack(self, m: Message) -> list[int]:
-        """Read a WRITEBACK_ACK; return the keys the switch no longer holds (mask bit clear),
-        which the PS should stop writing back."""
-        rejected: list[int] = []
-        for i, key in enumerate(m.keys):
-            if m.mask >> i & 1:
-                self.counters["writeback_cached"] += 1
-                if self.cached.get(key, -1) > m.iteration:
-                    continue  # a late ack: a refresh already moved this key further
-                self.cached[key] = m.iteration
-                offset = self.offset_of.get(key)
-                if offset is not None:
-                    self.slot_cache[offset] = (key, m.iteration)
-            else:
-                rejected.append(key)
-                self.cached.pop(key, None)
-                self.counters["writeback_rejected"] += 1
+    def on_writeback_ack(self, m: Message) -> tuple[list[int], list[int]]:
+        """Read a WRITEBACK_ACK; return the keys the switch cached (mask bit set) and those it
+        no longer holds (clear), which the PS should stop writing back."""
+        cached = [k for i, k in enumerate(m.keys) if m.mask >> i & 1]
+        rejected = [k for i, k in enumerate(m.keys) if not m.mask >> i & 1]
+        self.counters["writeback_cached"] += len(cached)
+        self.counters["writeback_rejected"] += len(rejected)
         r = self._net.lookup(m.seq)
         if r is not None and r.kind == "writeback" and not self._net.spurious(m):
             self._net.answered(r, m, ordered=True)
             self._row(r.wall, r.wall, time.time(), "WRITEBACK", m, "cached", self.cfg.switch)
-        return rejected
+        return cached, rejected
 
     # --- machinery ---
 
@@ -219,9 +208,7 @@ class SwitchChannel:
         if r.kind == "collect":
             for i, (key, offset) in enumerate(zip(r.msg.keys, r.msg.values)):
                 if r.msg.mask >> i & 1:
-                    self.unsure.append((offset, key))
-                    self.slot_cache.pop(offset, None)
-                    self.cached.pop(key, None)
+                    self._refresh_lost(offset, key)
         self._row(r.wall, r.wall, None, r.msg.op.name, None, "unanswered", cfg.switch)
         if r.msg.op == Op.COLLECT and not self._warned_lost:
             self._warned_lost = True
