@@ -81,7 +81,7 @@ PEAK_PERIOD = 1.0  # s: the timeout covers the largest round trip of the last on
 _SPURIOUS_MEMORY = 4096  # answered resent requests remembered (really lost ones never pair)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Request(Generic[C]):
     """One request until its reply: what is sent (`msg`, whose seq the reply echoes), where,
     and its transmissions (perf_counter times; `wall` is the first one on the wall clock)."""
@@ -240,6 +240,7 @@ class ReliableChannel(Generic[C]):
         self._quiet = 0.0  # no resend before this
         self._resent_answered: dict[tuple[int, int], float] = {}  # (op, seq) -> rtt bound
         self._peak = _Windowed(max, PEAK_PERIOD)  # round trips, for the timeout
+        self._rto: float | None = None  # _timeout() until the next sample
 
     # --- what the agent asks ---
 
@@ -293,8 +294,11 @@ class ReliableChannel(Generic[C]):
         """Seconds until pump() has something to resend, at most `limit`."""
         if not self.inflight:
             return limit
-        due = max(self._quiet, min(r.due for r in self.inflight.values()))
-        return min(limit, max(0.0, due - self._clock()))
+        now = self._clock()
+        if self._quiet > now:  # nothing is resent before then (a reply usually comes first)
+            return min(limit, self._quiet - now)
+        due = min(r.due for r in self.inflight.values())
+        return min(limit, max(0.0, due - now))
 
     def lookup(self, seq: int) -> Request[C] | None:
         return self.inflight.get(seq)
@@ -309,6 +313,7 @@ class ReliableChannel(Generic[C]):
             sample = now - r.first
             self.rtt.sample(sample)
             self._peak.update(sample, now)
+            self._rto = None
             if self.window.adaptive:
                 self.window.on_sample(sample, path, now, self._srtt())
         elif self.track_spurious:
@@ -330,6 +335,7 @@ class ReliableChannel(Generic[C]):
             return False
         self.rtt.sample(bound)
         self._peak.update(bound, self._clock())
+        self._rto = None
         self.window.on_spurious()
         self.counters["spurious_retransmits"] += 1
         return True
@@ -344,10 +350,15 @@ class ReliableChannel(Generic[C]):
         worker starts a phase at once, so the first requests of each burst queue behind all
         the others' windows, every iteration, and an estimator smoothed over the burst's
         later, shorter round trips has forgotten that by the next one."""
+        if tries == 0 and self._rto is not None:
+            return self._rto
         peak = self._peak.value()
-        if peak <= 0.0:
-            return self.rtt.timeout(tries)
-        return min(self.rtt.cap, max(self.rtt.timeout(tries), peak * (1 << tries)))
+        rto = self.rtt.timeout(tries)
+        if peak > 0.0:
+            rto = min(self.rtt.cap, max(rto, peak * (1 << tries)))
+        if tries == 0:
+            self._rto = rto
+        return rto
 
     def _fill(self) -> None:
         inflight, queue = self.inflight, self.queue
