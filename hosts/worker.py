@@ -5,11 +5,12 @@ its entries (one seq per packet from 1, never reused; a sliding window of DEDUP_
 seq s is sent only while every seq <= s - 64 is acked), then DONE(t) to every shard until each
 answers DONE_ACK(t). While waiting for DONE_ACK(t) it prepares t+1's PULLs.
 
-Loss recovery is hosts/reliable.py's: an unanswered request is resent (RETRANSMIT flag)
-after an RTT-based timeout once no reply at all came for that long, and at once when the same
-shard answers a request sent after it (the path and the PS keep order, so it was lost); a
-second reply to a resent request counts as `spurious_retransmits`. After a resend, DONE goes
-out twice.
+Loss recovery and congestion control are hosts/reliable.py's: PULLs and PUSHes go out within
+a congestion window (at most the dedup window) that adapts to queueing delay and loss; an
+unanswered request is resent (RETRANSMIT flag) after an RTT-based timeout once no reply at all
+came for that long, and at once when the same shard answers a request sent after it (the path
+and the PS keep order, so it was lost); a second reply to a resent request counts as
+`spurious_retransmits`. After a resend, DONE goes out twice.
 
 Keys the switch aggregated (PUSH_ACK mask bit set) or holds in its cache (PULL_REPLY mask bit
 set) are "hot"; a cleared PUSH_ACK bit makes a key cold again. Hot keys travel in their own
@@ -132,7 +133,7 @@ class _Entries:
     hot: int = 0  # entries believed hot when sent
 
 
-_Request = Request[_Entries]
+_Request = Request[_Entries]  # for annotations only: calling the alias is slow
 
 
 @dataclass
@@ -311,7 +312,7 @@ class Worker:
             seq, self._next_pull = self._next_pull, self._next_pull + 1
             k = tuple(keys[pos].tolist())
             m = Message(Op.PULL, 0, job, me, seq, t, 0, k, (0,) * len(k))
-            reqs.append(_Request(m, self.cfg.ps[shard], "pull", _Entries(shard, pos, len(k) * hot)))
+            reqs.append(Request(m, self.cfg.ps[shard], "pull", _Entries(shard, pos, len(k) * hot)))
         return keys, reqs
 
     def _pull(
@@ -343,7 +344,7 @@ class Worker:
             seq, self._next_seq = self._next_seq, self._next_seq + 1
             k, v = tuple(keys[pos].tolist()), tuple(values[pos].tolist())
             m = Message(Op.PUSH, 0, job, me, seq, t, 0, k, v)
-            reqs.append(_Request(m, self.cfg.ps[shard], "push", _Entries(shard, hot=len(k) * hot)))
+            reqs.append(Request(m, self.cfg.ps[shard], "push", _Entries(shard, hot=len(k) * hot)))
 
         def on_reply(req: _Request, m: Message) -> bool:
             if m.iteration != t:
@@ -363,7 +364,7 @@ class Worker:
         barrier is pending) returned."""
         job, me = self.cfg.job_id, self.cfg.worker_id
         reqs = [
-            _Request(Message(Op.DONE, 0, job, me, s, t, 0), addr, "done", _Entries(s))
+            Request(Message(Op.DONE, 0, job, me, s, t, 0), addr, "done", _Entries(s))
             for s, addr in enumerate(self.cfg.ps)
         ]
         done = lambda _r, m: m.iteration == t  # noqa: E731
