@@ -609,6 +609,7 @@ class ParameterServer:
             "hot_keys": len(self.hot),
             "cpu": cpu_report(*self._cpu) if len(self._cpu) == 2 else None,
             "counters": dict(self.counters),
+            "congestion": self._switch.describe() if cfg.collect else None,
             "params_sha256": params_sha256(self.params),
         }
 

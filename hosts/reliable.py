@@ -35,9 +35,10 @@ queue:
   replies is the standing queue. A burst that drains within the round trip, or a reply late
   because a process was descheduled, leaves that minimum small; only a queue that every
   request met raises it;
-- above the target (the larger of TARGET_FLOOR and TARGET_FACTOR base round trips) the window
-  shrinks in proportion to the excess, as Swift does: by BETA * (excess - target) / rtt, at
-  most by half; every reply adds 1 / window (one per round trip), or 1 until the first
+- above the target (the larger of TARGET_FLOOR and TARGET_FACTOR base round trips, plus up to
+  FLOW_SCALING more the smaller the window is: Swift's flow-based scaling) the window shrinks
+  in proportion to the excess, as Swift does: by BETA * (excess - target) / rtt, at most by
+  half; every reply adds 1 / window (one per round trip), or 1 until the first
   decrease (slow start, from INITIAL_WINDOW);
 - a resend shrinks it too (x0.5 on a timeout, x0.7 on a fast retransmit, which shows the path
   still delivers), at most once per round trip, and a resend later proved spurious undoes
@@ -46,16 +47,21 @@ queue:
   for pushes: their seqs also never run more than `span` ahead of the lowest unanswered one).
 Why delay and not loss alone: the links here do not drop (a queue at the 10 Mbit/s PS link just
 grows), and a loss signal comes only after the timeouts, spurious or not, that the growing
-queue causes. A standing queue of a few milliseconds keeps the bottleneck busy while a worker
-waits to be scheduled, and keeps the round trip, and with it the timeout, close to the base.
-Why the minimum rather than each reply (Swift) or the share of late replies (DCTCP): Python
-processes on two shared cores add milliseconds of scheduling jitter to single replies; reacting
-to them (tried first) kept the windows at a few requests and made iterations slower than with
-no congestion control at all.
+queue causes. A standing queue of about 10 ms (measured: 5 ms made 16-worker offload runs
+slower, 10 ms did not) keeps the bottleneck busy while a worker waits to be scheduled, and
+bounds the round trip, and with it the timeout, instead of letting it grow with the number of
+workers times 64.
+Why flow scaling: with many workers each window is small, and a worker refills its window only
+once it is scheduled (34 processes on 2 cores at 32 workers); the queue that keeps the PS link
+busy meanwhile grows with the number of workers. Why the minimum rather than each reply
+(Swift) or the share of late replies (DCTCP): Python processes on two shared cores add
+milliseconds of scheduling jitter to single replies; reacting to them (tried first) kept the
+windows at a few requests and made iterations slower than with no congestion control at all.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
@@ -70,8 +76,9 @@ C = TypeVar("C")
 
 MIN_WINDOW = 1.0
 INITIAL_WINDOW = 8.0
-TARGET_FLOOR = 0.005  # s of standing queue always tolerated
+TARGET_FLOOR = 0.010  # s of standing queue always tolerated
 TARGET_FACTOR = 1.0  # and a standing queue of up to this many base round trips
+FLOW_SCALING = 0.020  # s more at a window of 1 (Swift's flow-based scaling; none at the limit)
 BETA = 0.8  # Swift's scale of the decrease per round trip, by the excess over the target
 MAX_DECREASE = 0.5  # at most halve per round trip on delay
 LOSS_DECREASE = 0.5  # on a retransmission timeout
@@ -182,12 +189,23 @@ class Window:
             self.cwnd = float(self.limit)
         if now < self._epoch_end:
             return
-        target = max(TARGET_FLOOR, TARGET_FACTOR * base)
+        target = max(TARGET_FLOOR, TARGET_FACTOR * base) + self._flow_scaling()
         if self._excess > target and now >= self._hold:
             over = (self._excess - target) / self._excess_rtt
             self._undo = None
             self._decrease(max(1.0 - BETA * over, 1.0 - MAX_DECREASE), now, srtt, "delay")
         self._excess, self._epoch_end = float("inf"), now + srtt
+
+    def _flow_scaling(self) -> float:
+        """Swift's flow-based scaling: the smaller the window, the more queue is tolerated,
+        FLOW_SCALING * (1/sqrt(window) - 1/sqrt(limit)) / (1 - 1/sqrt(limit)). Many workers
+        sharing the PS link each get a small window, and each waits to be scheduled before
+        it refills it; a queue that grows with their number keeps the link busy meanwhile."""
+        top = 1.0 / math.sqrt(self.limit)
+        if top >= 1.0:
+            return 0.0
+        share = (1.0 / math.sqrt(max(self.cwnd, 1.0)) - top) / (1.0 - top)
+        return FLOW_SCALING * min(1.0, max(0.0, share))
 
     def on_loss(self, now: float, srtt: float, timeout: bool) -> None:
         if self.adaptive and now >= self._hold:
@@ -237,7 +255,7 @@ class ReliableChannel(Generic[C]):
         self._clock = clock
         self.queue: deque[Request[C]] = deque()
         self.inflight: dict[int, Request[C]] = {}  # insertion order = seq order
-        self._quiet = 0.0  # no resend before this
+        self._quiet_from = 0.0  # no resend before this plus a timeout (the last reply)
         self._resent_answered: dict[tuple[int, int], float] = {}  # (op, seq) -> rtt bound
         self._peak = _Windowed(max, PEAK_PERIOD)  # round trips, for the timeout
         self._rto: float | None = None  # _timeout() until the next sample
@@ -246,7 +264,7 @@ class ReliableChannel(Generic[C]):
 
     def submit(self, reqs: Iterable[Request[C]]) -> None:
         self.queue.extend(reqs)
-        self._quiet = max(self._quiet, self._clock() + self._timeout())
+        self._quiet_from = max(self._quiet_from, self._clock())
 
     def busy(self, kind: str | None = None) -> bool:
         """Whether requests (of `kind`) are queued or unanswered."""
@@ -273,7 +291,7 @@ class ReliableChannel(Generic[C]):
     def pump(self) -> None:
         """Resend (or give up) what is due, then send what the window has room for."""
         now = self._clock()
-        if now >= self._quiet:
+        if now >= self._quiet_from + self._timeout():
             probed: set[Address] = set()
             for r in [r for r in self.inflight.values() if r.due <= now]:
                 if r.exhausted:
@@ -287,7 +305,7 @@ class ReliableChannel(Generic[C]):
                     self._resend(r, now)
                     self.window.on_loss(now, self._srtt(), timeout=True)
             if probed:
-                self._quiet = now + self._timeout()
+                self._quiet_from = now
         self._fill()
 
     def wake_in(self, limit: float) -> float:
@@ -295,8 +313,9 @@ class ReliableChannel(Generic[C]):
         if not self.inflight:
             return limit
         now = self._clock()
-        if self._quiet > now:  # nothing is resent before then (a reply usually comes first)
-            return min(limit, self._quiet - now)
+        quiet = self._quiet_from + self._timeout()
+        if quiet > now:  # nothing is resent before then (a reply usually comes first)
+            return min(limit, quiet - now)
         due = min(r.due for r in self.inflight.values())
         return min(limit, max(0.0, due - now))
 
@@ -322,7 +341,7 @@ class ReliableChannel(Generic[C]):
             self._resent_answered[reply.op, reply.seq] = now - r.before_last
             if len(self._resent_answered) > _SPURIOUS_MEMORY:
                 del self._resent_answered[next(iter(self._resent_answered))]
-        self._quiet = now + self._timeout()
+        self._quiet_from = now
         if ordered:
             self._fast_retransmit(r, now)
 
@@ -330,6 +349,8 @@ class ReliableChannel(Generic[C]):
         """Whether `reply` is the second reply to an answered, resent request: the resend
         was spurious (its round trip bound teaches the estimator; the window's loss decrease
         is undone)."""
+        if not self._resent_answered:
+            return False
         bound = self._resent_answered.pop((reply.op, reply.seq), None)
         if bound is None:
             return False
@@ -369,6 +390,7 @@ class ReliableChannel(Generic[C]):
         if self.span is not None:
             end = (next(iter(inflight.values())).id if inflight else queue[0].id) + self.span
         timeout, clock, send, counters = self._timeout(), self._clock, self._send, self.counters
+        wall = time.time() - clock()  # the clock's offset to the wall clock
         while queue and room > 0:
             r = queue[0]
             if end is not None and r.id >= end:
@@ -378,7 +400,7 @@ class ReliableChannel(Generic[C]):
             # Stamped at each send, not once per burst: a burst's later requests would
             # otherwise carry the time before the earlier ones' sends in their latency.
             r.first = r.last = clock()
-            r.wall = time.time()
+            r.wall = r.first + wall
             r.due = r.first + timeout
             for _ in range(self._copies() if self._copies else 1):
                 send(r.data, r.dest)

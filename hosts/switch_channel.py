@@ -72,13 +72,18 @@ class SwitchChannel:
             send,
             counters,
             RttEstimator(config.rto, config.rto_max),
-            Window(config.collect_window),
+            # full from the start: its bursts come while the workers wait at the barrier
+            Window(config.collect_window, initial=config.collect_window),
             on_lost=self._lost,
         )
         self._seq = 1
         self._warned_lost = False
 
     # --- what the PS asks ---
+
+    def describe(self) -> dict:
+        """The congestion window, for the summary."""
+        return self._net.window.describe()
 
     def timeout(self, limit: float) -> float:
         """Seconds until a packet in flight is due, at most `limit`."""

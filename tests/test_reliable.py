@@ -184,14 +184,22 @@ def test_window_grows_while_the_round_trip_stays_near_its_base() -> None:
     assert fixed.allowed() == 64
 
 
-def test_window_shrinks_when_requests_queue_and_regrows_by_one_per_window() -> None:
+def queued(rtt: float, rounds: int, gap: float) -> tuple[Window, Clock]:
+    """A window grown to the limit on replies at the base round trip (1 ms), then facing a
+    standing queue: `rounds` of 4 replies with round trip `rtt`, `gap` apart."""
     w, clock = Window(64), Clock()
-    replies(w, [0.001] * 40, clock)
-    assert w.allowed() == 48
-    # A standing queue far past the target (5 ms or one base round trip): every reply of a
-    # round trip (2 ms) is 19 ms late, so it halves once per round trip.
-    for _ in range(20):
-        replies(w, [0.020] * 4, clock, gap=0.001)
+    replies(w, [0.001] * 56, clock)
+    assert w.allowed() == 64
+    for _ in range(rounds):
+        replies(w, [rtt] * 4, clock, gap=gap)
+    return w, clock
+
+
+def test_window_shrinks_when_requests_queue_and_regrows_by_one_per_window() -> None:
+    # A standing queue far past the target (10 ms or one base round trip, plus at most 20 ms
+    # of flow scaling): every reply of a round trip (2 ms) is 39 ms late; it halves per
+    # round trip.
+    w, clock = queued(0.040, 20, 0.001)
     assert w.allowed() <= 2 and w.decreases["delay"] >= 6
     replies(w, [0.001] * 10, clock)
     assert 3 <= w.allowed() <= 5  # additive increase now (slow start would give 12)
@@ -274,3 +282,10 @@ def test_the_timeout_covers_the_largest_recent_round_trip() -> None:
     ch.submit([push(40)])
     ch.pump()
     assert ch.wake_in(1.0) == pytest.approx(0.030)  # still the burst's 30 ms
+
+
+def test_the_tolerated_queue_grows_as_the_window_shrinks() -> None:
+    # Swift's flow-based scaling: a 15 ms standing queue is too much for one big window,
+    # but many workers with small windows share it, so the window settles, not at 1.
+    w, _ = queued(0.016, 200, 0.003)
+    assert 4 <= w.allowed() <= 14 and w.decreases["delay"] >= 3
