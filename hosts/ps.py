@@ -437,10 +437,10 @@ class ParameterServer:
             self.counters["saturated"] += 1
         # mask: the switch's cache-hit bits, plus the keys this PS knows the cache holds for
         # this iteration (acked WRITEBACKs), so that workers learn them as hot.
-        mask, it = m.mask, m.iteration
-        if self.cache.tag:
+        mask, it, tag = m.mask, m.iteration, self.cache.tag
+        if tag:
             for i, key in enumerate(m.keys):
-                if self.cache.holds(key, it):
+                if tag.get(key) == it:  # self.cache.holds(key, it), on the hot path
                     mask |= 1 << i
         reply = encode(Op.PULL_REPLY, m.job_id, m.worker_id, m.seq, it, m.keys, values, mask=mask)
         self._send(reply, addr)

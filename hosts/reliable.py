@@ -342,8 +342,8 @@ class ReliableChannel(Generic[C]):
             if len(self._resent_answered) > _SPURIOUS_MEMORY:
                 del self._resent_answered[next(iter(self._resent_answered))]
         self._quiet_from = now
-        if ordered:
-            self._fast_retransmit(r, now)
+        if ordered and self.inflight and next(iter(self.inflight)) < r.msg.seq:
+            self._fast_retransmit(r, now)  # something sent before r is still unanswered
 
     def spurious(self, reply: Message) -> bool:
         """Whether `reply` is the second reply to an answered, resent request: the resend
