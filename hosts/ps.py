@@ -20,7 +20,8 @@ Parameters are fixed-point int64 over the key space; this shard owns key % n_sha
 - Hot keys (for WRITEBACK) are the keys this shard collected; a key leaves the set when a
   WRITEBACK_ACK has its mask bit clear. Values beyond int32 are not written back.
 Server-only mode (collect off) skips COLLECT and WRITEBACK. The conversation with the switch
-(sending, resending, reading replies) lives in hosts/switch_channel.py.
+(sending, resending, reading replies) lives in hosts/switch_channel.py; what this PS believes
+the switch cache holds in hosts/switch_cache.py; the barrier's progress in `IterationState`.
 Choices beyond the design: every shard collects all of the job's slots and keeps only its own
 keys; DONE.seq must equal this shard's index (the worker's shard list must match ours).
 
@@ -39,7 +40,8 @@ import sys
 import threading
 import time
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum
 
 import numpy as np
 
@@ -76,6 +78,7 @@ from hosts.stats import (
     write_frequency,
     write_json,
 )
+from hosts.switch_cache import CacheBeliefs
 from hosts.switch_channel import SwitchChannel
 
 # Request log (--log): one row per request received (and per COLLECT/WRITEBACK sent).
@@ -154,6 +157,37 @@ class PSConfig:
             raise AgentError("0 < rto <= rto_max and collect_retries >= 0 are required")
 
 
+class Phase(Enum):
+    """Where an iteration is: its pushes are being taken until every worker sent DONE, then
+    the barrier collects the switch's sums, invalidates wrong refreshes, writes back the hot
+    keys, and releases (DONE_ACK to every worker)."""
+
+    ACCUMULATING = "accumulating"
+    COLLECTING = "collecting"
+    INVALIDATING = "invalidating"
+    WRITING_BACK = "writing back"
+    RELEASED = "released"
+
+
+@dataclass
+class IterationState:
+    """The PS's state of the iteration being accumulated (iterations before it are applied)."""
+
+    number: int
+    phase: Phase = Phase.ACCUMULATING
+    done: dict[int, tuple[float, float]] = field(default_factory=dict)  # worker -> DONE times
+    cold_keys: list[int] = field(default_factory=list)  # first-time cold pushes
+    cold_values: list[int] = field(default_factory=list)
+    collected_keys: list[int] = field(default_factory=list)  # the switch's sums
+    collected_sums: list[int] = field(default_factory=list)
+    collected_offsets: list[int] = field(default_factory=list)
+    refreshed: list[tuple[int, int]] = field(default_factory=list)  # (offset, key)
+
+    @property
+    def in_barrier(self) -> bool:
+        return self.phase in (Phase.COLLECTING, Phase.INVALIDATING, Phase.WRITING_BACK)
+
+
 class _Dedup:
     __slots__ = ("masks", "seqs")
 
@@ -172,18 +206,13 @@ class ParameterServer:
         self.collected_count = np.zeros(n, dtype=np.int64)
         self.counters: Counter[str] = Counter()
         self.hot: set[int] = set()
-        self.cur = 1  # the iteration being accumulated; iterations < cur are applied
+        self.it = IterationState(1)
         self.finished = False
         self._dedup = [_Dedup() for _ in range(config.n_workers)]
-        self._done: dict[int, tuple[float, float]] = {}  # worker -> (arrival, start) of DONE(cur)
         self._addr: dict[int, Address] = {}
-        self._cold: tuple[list[int], list[int]] = ([], [])
-        # collected keys, sums and slot offsets of iteration cur; refreshed (offset, key)
-        self._collected: tuple[list[int], list[int], list[int]] = ([], [], [])
-        self._refreshed: list[tuple[int, int]] = []
         self._held: deque[tuple[Message, Address, float]] = deque()
-        # "collect" / "invalidate" / "writeback" while the barrier runs
-        self._barrier: str | None = None
+        # what this PS believes the switch cache holds (docs/design.md section 3)
+        self.cache = CacheBeliefs()
         self._peers: dict[Address, str] = {}  # address -> "ip:port" for the log
         self._stop = threading.Event()
         self._loss_seen = 0  # the latest iteration that saw a retransmitted request
@@ -195,7 +224,14 @@ class ParameterServer:
         except OSError:
             self._cmsg_space = 0
         self.address: Address = self.sock.getsockname()
-        self._switch = SwitchChannel(config, self._send, self._row, self.counters)
+        self._switch = SwitchChannel(
+            config, self._send, self._row, self.counters, self.cache.refresh_lost
+        )
+
+    @property
+    def cur(self) -> int:
+        """The iteration being accumulated; iterations < cur are applied."""
+        return self.it.number
 
     def stop(self) -> None:
         self._stop.set()
@@ -226,7 +262,7 @@ class ParameterServer:
                     self._handle(data, addr, arrival)
                     if self.finished and not was_finished:
                         finished_at = time.perf_counter()
-                if self._barrier or self._switch.writeback_queued():
+                if self.it.in_barrier or self._switch.writeback_queued():
                     was_finished = self.finished
                     self._advance()
                     if self.finished and not was_finished:
@@ -249,7 +285,7 @@ class ParameterServer:
         n, shard = cfg.n_shards, cfg.shard
         mine = {k: o for k, o in cfg.hot_keys.items() if k < cfg.key_space and k % n == shard}
         self.hot.update(mine)
-        self._switch.offset_of.update({k: o for k, o in mine.items() if o is not None})
+        self.cache.seed(mine)
         keys = sorted(mine)
         self._switch.start_writeback(self.cur, keys, self.params[keys].tolist())
 
@@ -325,7 +361,12 @@ class ParameterServer:
         elif m.op == Op.COLLECT_REPLY:
             result = self._on_collect_reply(m)
         elif m.op == Op.WRITEBACK_ACK:
-            self.hot.difference_update(self._switch.on_writeback_ack(m))
+            cached, rejected = self._switch.on_writeback_ack(m)
+            for key in cached:
+                self.cache.written(key, m.iteration)
+            for key in rejected:
+                self.cache.rejected(key)
+            self.hot.difference_update(rejected)
             result = "writeback_ack"
         else:
             result = "unexpected_op"
@@ -357,13 +398,13 @@ class ParameterServer:
             return "dup"
         if d.seqs[i] > m.seq:
             return "stale"  # acked long ago (the worker's window moved past it)
-        if m.iteration != self.cur or self._barrier or self.finished:
+        if m.iteration != self.cur or self.it.phase is not Phase.ACCUMULATING or self.finished:
             return "bad_iteration"  # cannot happen under BSP: not acked, not applied
         if not self._keys_ok(m.keys):
             return "bad_key"
         d.seqs[i], d.masks[i] = m.seq, m.mask
-        self._cold[0].extend(m.keys)
-        self._cold[1].extend(m.values)
+        self.it.cold_keys.extend(m.keys)
+        self.it.cold_values.extend(m.values)
         self.counters["cold_entries"] += m.count
         self._send(self._ack(m, m.mask), addr)
         return "accepted"
@@ -374,7 +415,8 @@ class ParameterServer:
     def _on_pull(self, m: Message, addr: Address, arrival: float, start: float) -> str:
         if not self._keys_ok(m.keys):
             return "bad_key"
-        if m.iteration < self.cur or (m.iteration == self.cur and self._barrier == "writeback"):
+        writing_back = m.iteration == self.cur and self.it.phase is Phase.WRITING_BACK
+        if m.iteration < self.cur or writing_back:
             # the parameters already hold later iterations: only a stale retransmission
             # asks this, and its worker has had its answer
             self.counters["late_pull"] += 1
@@ -395,10 +437,10 @@ class ParameterServer:
             self.counters["saturated"] += 1
         # mask: the switch's cache-hit bits, plus the keys this PS knows the cache holds for
         # this iteration (acked WRITEBACKs), so that workers learn them as hot.
-        mask, cached, it = m.mask, self._switch.cached, m.iteration
-        if cached:
+        mask, it, tag = m.mask, m.iteration, self.cache.tag
+        if tag:
             for i, key in enumerate(m.keys):
-                if cached.get(key) == it:
+                if tag.get(key) == it:  # self.cache.holds(key, it), on the hot path
                     mask |= 1 << i
         reply = encode(Op.PULL_REPLY, m.job_id, m.worker_id, m.seq, it, m.keys, values, mask=mask)
         self._send(reply, addr)
@@ -414,10 +456,11 @@ class ParameterServer:
             return "reack"
         if m.iteration > self.cur or self.finished:
             return "bad_iteration"
-        if m.worker_id in self._done:
+        done = self.it.done
+        if m.worker_id in done:
             return "waiting"  # a resent DONE while others are still pushing
-        self._done[m.worker_id] = (arrival, start)
-        if len(self._done) == self.cfg.n_workers and not self._barrier:
+        done[m.worker_id] = (arrival, start)
+        if len(done) == self.cfg.n_workers and self.it.phase is Phase.ACCUMULATING:
             self._finalize()
         return "barrier"
 
@@ -436,106 +479,110 @@ class ParameterServer:
         if not self.cfg.collect:
             self._apply()
             return
-        self._barrier = "collect"
-        self._refreshed = []
+        it = self.it
+        it.phase = Phase.COLLECTING
         # Ask the switch to move a cached key on to cur + 1 only if this PS holds no cold
         # part of it for cur: the switch then knows every contribution but those that went
         # to another slot, which the replies show (see _collected_elsewhere).
-        cold, cur = set(self._cold[0]), self.cur
-        refresh = {
-            o: key
-            for o, (key, it) in self._switch.slot_cache.items()
-            if it == cur and key not in cold
-        }
-        self._switch.start_collect(cur, refresh)
+        refresh = self.cache.refreshable(it.number, set(it.cold_keys))
+        self._switch.start_collect(it.number, refresh)
         self._advance()
 
     def _advance(self) -> None:
         """Tick the switch channel and move the barrier on when its step is complete."""
         self._switch.tick()
-        if self._barrier == "collect" and not self._switch.collecting():
+        it = self.it
+        if it.phase is Phase.COLLECTING and not self._switch.collecting():
             wrong = self._collected_elsewhere()
             if wrong:
-                self._barrier = "invalidate"
-                self._switch.start_invalidate(self.cur, wrong)
+                it.phase = Phase.INVALIDATING
+                self._switch.start_invalidate(it.number, wrong)
             else:
                 self._apply()
-        elif self._barrier == "invalidate" and not self._switch.invalidating():
+        elif it.phase is Phase.INVALIDATING and not self._switch.invalidating():
             self._apply()
-        elif self._barrier == "writeback" and not self._switch.writeback_queued():
+        elif it.phase is Phase.WRITING_BACK and not self._switch.writeback_queued():
             self._release()
 
     def _collected_elsewhere(self) -> list[tuple[int, int]]:
         """Refreshed (offset, key) pairs whose key also had a sum at another offset this
         iteration (the controller moved it): that cache value lacks those contributions.
         Also those of COLLECTs given up (--collect-retries), which may have refreshed."""
-        wrong, self._switch.unsure = self._switch.unsure, []
-        if self._refreshed:
+        it = self.it
+        wrong = self.cache.take_unsure()
+        if it.refreshed:
             at: dict[int, set[int]] = {}
-            for key, offset in zip(self._collected[0], self._collected[2]):
+            for key, offset in zip(it.collected_keys, it.collected_offsets):
                 at.setdefault(key, set()).add(offset)
-            wrong += [(o, k) for o, k in self._refreshed if at.get(k, {o}) != {o}]
+            wrong += [(o, k) for o, k in it.refreshed if at.get(k, {o}) != {o}]
         for o, k in wrong:
-            self._switch.slot_cache.pop(o, None)
-            self._switch.cached.pop(k, None)
+            self.cache.forget(o, k)
         self.counters["refresh_invalidated"] += len(wrong)
         return wrong
 
     def _on_collect_reply(self, m: Message) -> str:
-        collecting = self._barrier in ("collect", "invalidate")
-        result, collected, refreshed = self._switch.on_collect_reply(m, collecting)
-        for key, value, offset in collected:
-            self._collected[0].append(key)
-            self._collected[1].append(value)
-            self._collected[2].append(offset)
+        it = self.it
+        collecting = it.phase in (Phase.COLLECTING, Phase.INVALIDATING)
+        reply = self._switch.on_collect_reply(m, collecting)
+        for offset in reply.refused:
+            self.cache.refused(offset)
+        for offset, key in reply.refreshed:
+            self.cache.refreshed(offset, key, m.iteration + 1)
+        for key, value, offset in reply.collected:
+            it.collected_keys.append(key)
+            it.collected_sums.append(value)
+            it.collected_offsets.append(offset)
+            self.cache.collected(key, offset)
             self.hot.add(key)
-        self._refreshed.extend(refreshed)
-        return result
+        it.refreshed.extend(reply.refreshed)
+        return reply.result
 
     def _apply(self) -> None:
         """Apply iteration cur's cold and collected sums, then write back or release."""
-        for (keys, values), counts in (
-            (self._cold, self.cold_count),
-            (self._collected[:2], self.collected_count),
+        it = self.it
+        for keys, values, counts in (
+            (it.cold_keys, it.cold_values, self.cold_count),
+            (it.collected_keys, it.collected_sums, self.collected_count),
         ):
             if keys:
                 k = np.array(keys, dtype=np.intp)
                 np.subtract.at(self.params, k, np.array(values, dtype=np.int64))
                 np.add.at(counts, k, 1)
-        self.counters["collected_entries"] += len(self._collected[0])
-        self._cold, self._collected = ([], []), ([], [], [])
+        self.counters["collected_entries"] += len(it.collected_keys)
+        it.cold_keys, it.cold_values = [], []
+        it.collected_keys, it.collected_sums, it.collected_offsets = [], [], []
         if not (self.cfg.collect and self.cfg.writeback and self.hot):
             self._release()
             return
         # Keys the switch refreshed in this pass are cached for cur + 1 already.
-        nxt, cached = self.cur + 1, self._switch.cached
-        keys = np.array(sorted(k for k in self.hot if cached.get(k) != nxt), dtype=np.intp)
+        nxt, holds = self.cur + 1, self.cache.holds
+        keys = np.array(sorted(k for k in self.hot if not holds(k, nxt)), dtype=np.intp)
         if not len(keys):
             self._release()
             return
         values = self.params[keys]
         fits = (values >= -(1 << 31)) & (values < 1 << 31)  # else the PS answers (saturated)
         self.counters["writeback_skipped"] += int((~fits).sum())
-        self._barrier = "writeback"
+        it.phase = Phase.WRITING_BACK
         self._switch.start_writeback(self.cur + 1, keys[fits].tolist(), values[fits].tolist())
         if not self._switch.writeback_queued():
             self._release()
 
     def _release(self) -> None:
         """DONE_ACK(cur) to every worker, move to the next iteration, answer held pulls."""
-        self._barrier = None
+        it = self.it
+        it.phase = Phase.RELEASED
         now = time.time()
         # Workers that retransmit are losing packets: then a lost DONE_ACK, which costs a
         # worker a timeout and the whole job an iteration's wait, is made unlikely by a copy.
         copies = 2 if self._loss_seen and self.cur - self._loss_seen <= 2 else 1
-        for w, (arrival, start) in sorted(self._done.items()):
+        for w, (arrival, start) in sorted(it.done.items()):
             ack = self._done_ack(w, self.cur)
             for _ in range(copies):
                 self._send(ack, self._addr[w])
             m = Message(Op.DONE, 0, self.cfg.job_id, w, self.cfg.shard, self.cur, 0)
             self._row(arrival, start, now, "DONE", m, "barrier", self._addr[w])
-        self._done.clear()
-        self.cur += 1
+        self.it = IterationState(it.number + 1)
         if self.cfg.iterations is not None and self.cur > self.cfg.iterations:
             self.finished = True
             self._cpu.append(cpu_usage())
@@ -562,6 +609,7 @@ class ParameterServer:
             "hot_keys": len(self.hot),
             "cpu": cpu_report(*self._cpu) if len(self._cpu) == 2 else None,
             "counters": dict(self.counters),
+            "congestion": self._switch.describe() if cfg.collect else None,
             "params_sha256": params_sha256(self.params),
         }
 

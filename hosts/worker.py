@@ -5,10 +5,12 @@ its entries (one seq per packet from 1, never reused; a sliding window of DEDUP_
 seq s is sent only while every seq <= s - 64 is acked), then DONE(t) to every shard until each
 answers DONE_ACK(t). While waiting for DONE_ACK(t) it prepares t+1's PULLs.
 
-Loss recovery: an unanswered request is resent (RETRANSMIT flag) after an RTT-based timeout
-(srtt + 4 rttvar, at least `rto`), once no reply at all came for that long; and at once when
-the same shard answers a request sent after it (the path and the PS keep order, so it was
-lost). After a resend, DONE goes out twice.
+Loss recovery and congestion control are hosts/reliable.py's: PULLs and PUSHes go out within
+a congestion window (at most the dedup window) that adapts to queueing delay and loss; an
+unanswered request is resent (RETRANSMIT flag) after an RTT-based timeout once no reply at all
+came for that long, and at once when the same shard answers a request sent after it (the path
+and the PS keep order, so it was lost); a second reply to a resent request counts as
+`spurious_retransmits`. After a resend, DONE goes out twice.
 
 Keys the switch aggregated (PUSH_ACK mask bit set) or holds in its cache (PULL_REPLY mask bit
 set) are "hot"; a cleared PUSH_ACK bit makes a key cold again. Hot keys travel in their own
@@ -31,7 +33,7 @@ import select
 import sys
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -39,11 +41,10 @@ from typing import TypeVar
 
 import numpy as np
 
-from contract.codec import CodecError, Message, decode, encode
+from contract.codec import CodecError, Message, decode
 from contract.constants import (
     DEDUP_WINDOW,
     FLAG_FROM_SWITCH,
-    FLAG_RETRANSMIT,
     HOTAGG_PORT,
     MAX_ENTRIES,
     MAX_WORKERS,
@@ -65,6 +66,7 @@ from hosts.agent import (
     parse_address,
     positive_int,
 )
+from hosts.reliable import ReliableChannel, Request, Window
 from hosts.stats import CsvLog, load_hot_keys, write_json
 
 # Request log (--log): one row per completed request. kind = pull | push | done | iteration;
@@ -123,18 +125,15 @@ class WorkerConfig:
 
 
 @dataclass
-class _Request:
-    id: int  # seq (push, pull) or shard index (done)
+class _Entries:
+    """What the worker keeps with a PULL or PUSH until its reply (reliable.Request.context)."""
+
     shard: int
-    data: bytes
-    keys: tuple[int, ...] = ()
-    index: np.ndarray | None = None  # pull: positions of `keys` in the pulled array
-    hot: int = 0
-    start: float = 0.0  # perf_counter of the first transmission, stamped at its send
-    due: float = 0.0
-    tries: int = 0
-    last: float = 0.0  # perf_counter of the latest transmission
-    before_last: float = 0.0  # and of the one before it
+    index: np.ndarray | None = None  # pull: positions of the keys in the pulled array
+    hot: int = 0  # entries believed hot when sent
+
+
+_Request = Request[_Entries]  # for annotations only: calling the alias is slow
 
 
 @dataclass
@@ -160,19 +159,33 @@ class Worker:
         self._next_seq = 1
         self._next_pull = 1
         self._n_shards = len(config.ps)
-        self._rtt = RttEstimator(config.rto, config.rto_max)  # PULL and PUSH round trips
-        self._rtt_done = RttEstimator(config.rto, config.rto_max)  # DONE to DONE_ACK
         self._iteration = 0
         self._loss_seen = 0  # the latest iteration in which a request was resent
         # latency.csv's sent/reply columns: perf_counter moved onto the wall clock once, so
         # reply - sent is exactly the latency and both stay comparable with the PS's times.
         self._wall_offset = time.time() - time.perf_counter()
         self._unlogged: Callable[[], None] | None = None  # the last iteration's log row
-        # (reply op, seq) of answered requests that had been resent -> (round trip of the
-        # original, its estimator), kept until a second reply shows the resend was spurious
-        self._resent_answered: dict[tuple[int, int], tuple[float, RttEstimator]] = {}
         self.sock = open_udp(config.bind)
         self.address: Address = self.sock.getsockname()
+        # PULLs and PUSHes (seqs never reused, at most `window` ahead of the lowest
+        # unanswered); DONEs, whose round trip waits for the barrier, on their own estimator.
+        self._data: ReliableChannel[_Entries] = ReliableChannel(
+            self._send,
+            self.counters,
+            RttEstimator(config.rto, config.rto_max),
+            Window(config.window),
+            span=config.window,
+            on_resend=self._on_resend,
+        )
+        self._barrier: ReliableChannel[_Entries] = ReliableChannel(
+            self._send,
+            self.counters,
+            RttEstimator(config.rto, config.rto_max),
+            Window(self._n_shards, adaptive=False),
+            track_spurious=False,  # a DONE's seq is its shard, the same every iteration
+            copies=self._done_copies,
+            on_resend=self._on_resend,
+        )
 
     def stop(self) -> None:
         self._stop.set()
@@ -267,6 +280,7 @@ class Worker:
             "losses": r.losses,
             "counters": r.counters,
             "hot_keys": r.hot_keys,
+            "congestion": self._data.window.describe(),
             "workload": self.workload.describe(),
         }
 
@@ -293,12 +307,12 @@ class Worker:
         """Iteration t's keys and PULL requests, keys the switch cache held in their own
         packets (a PULL is answered by the switch only if all its keys hit)."""
         keys = np.asarray(self.workload.pull_keys(self.cfg.worker_id, t), dtype=np.uint64)
-        reqs = []
+        reqs, job, me = [], self.cfg.job_id, self.cfg.worker_id
         for shard, hot, pos in self._groups(keys, self.cached):
             seq, self._next_pull = self._next_pull, self._next_pull + 1
             k = tuple(keys[pos].tolist())
-            data = encode(Op.PULL, self.cfg.job_id, self.cfg.worker_id, seq, t, k)
-            reqs.append(_Request(seq, shard, data, k, pos, len(k) if hot else 0))
+            m = Message(Op.PULL, 0, job, me, seq, t, 0, k, (0,) * len(k))
+            reqs.append(Request(m, self.cfg.ps[shard], "pull", _Entries(shard, pos, len(k) * hot)))
         return keys, reqs
 
     def _pull(
@@ -308,11 +322,11 @@ class Worker:
         hot, cached = self.hot, self.cached
 
         def on_reply(req: _Request, m: Message) -> bool:
-            if m.iteration != t or m.keys != req.keys:
+            if m.iteration != t or m.keys != req.msg.keys:
                 return False
-            pulled[req.index] = m.values
-            if m.mask or req.hot:  # mask: cache hits, or keys the PS knows are cached
-                for i, key in enumerate(req.keys):
+            pulled[req.context.index] = m.values
+            if m.mask or req.context.hot:  # mask: cache hits, or keys the PS knows are cached
+                for i, key in enumerate(req.msg.keys):
                     if m.mask >> i & 1:
                         cached.add(key)
                         hot.add(key)  # it has a slot, so the switch aggregates it
@@ -321,21 +335,21 @@ class Worker:
             self.counters["pull_switch_hits" if m.flags & FLAG_FROM_SWITCH else "pull_ps"] += 1
             return True
 
-        self._transfer("pull", t, reqs, Op.PULL_REPLY, on_reply, idle)
+        self._transfer(self._data, t, reqs, Op.PULL_REPLY, on_reply, idle)
         return pulled
 
     def _push(self, t: int, keys: np.ndarray, values: np.ndarray) -> None:
-        reqs = []
+        reqs, job, me = [], self.cfg.job_id, self.cfg.worker_id
         for shard, hot, pos in self._groups(keys, self.hot):
             seq, self._next_seq = self._next_seq, self._next_seq + 1
-            k = tuple(keys[pos].tolist())
-            data = encode(Op.PUSH, self.cfg.job_id, self.cfg.worker_id, seq, t, k, values[pos])
-            reqs.append(_Request(seq, shard, data, k, None, len(k) if hot else 0))
+            k, v = tuple(keys[pos].tolist()), tuple(values[pos].tolist())
+            m = Message(Op.PUSH, 0, job, me, seq, t, 0, k, v)
+            reqs.append(Request(m, self.cfg.ps[shard], "push", _Entries(shard, hot=len(k) * hot)))
 
         def on_reply(req: _Request, m: Message) -> bool:
             if m.iteration != t:
                 return False
-            for i, key in enumerate(req.keys):
+            for i, key in enumerate(req.msg.keys):
                 if m.mask >> i & 1:
                     self.hot.add(key)
                 else:
@@ -343,154 +357,93 @@ class Worker:
             self.counters["push_switch_acks" if m.flags & FLAG_FROM_SWITCH else "push_ps"] += 1
             return True
 
-        self._transfer("push", t, reqs, Op.PUSH_ACK, on_reply)
+        self._transfer(self._data, t, reqs, Op.PUSH_ACK, on_reply)
 
     def _done(self, t: int, idle: Callable[[], T] | None = None) -> T | None:
         """DONE(t) to every shard until each acks; returns what `idle` (run once, while the
         barrier is pending) returned."""
+        job, me = self.cfg.job_id, self.cfg.worker_id
         reqs = [
-            _Request(s, s, encode(Op.DONE, self.cfg.job_id, self.cfg.worker_id, s, t))
-            for s in range(self._n_shards)
+            Request(Message(Op.DONE, 0, job, me, s, t, 0), addr, "done", _Entries(s))
+            for s, addr in enumerate(self.cfg.ps)
         ]
-        return self._transfer("done", t, reqs, Op.DONE_ACK, lambda _r, m: m.iteration == t, idle)
+        done = lambda _r, m: m.iteration == t  # noqa: E731
+        return self._transfer(self._barrier, t, reqs, Op.DONE_ACK, done, idle)
 
     # --- reliable request/reply engine ---
 
     def _transfer(
         self,
-        kind: str,
+        ch: ReliableChannel[_Entries],
         t: int,
         reqs: list[_Request],
         reply_op: Op,
         on_reply: Callable[[_Request, Message], bool],
         idle: Callable[[], T] | None = None,
     ) -> T | None:
-        """Send `reqs` (ids increasing) with a sliding window over ids, resend on timeout,
-        and hand each matching reply to `on_reply` until every request is answered. `idle`
-        runs once, after the first sends (work that overlaps the wait); its result is
-        returned. A request is resent once its timeout has passed and no reply at all came
-        for one base timeout: replies still flowing mean the burst is being worked through,
-        so the timeout can be short without resending what is merely queued."""
-        cfg = self.cfg
-        rtt = self._rtt_done if kind == "done" else self._rtt  # DONE waits for the barrier
-        pending = deque(reqs)
-        inflight: dict[int, _Request] = {}  # insertion order = id order: first = lowest unacked
+        """Send `reqs` through `ch` (hosts/reliable.py: window, resends) and hand each
+        matching reply to `on_reply` until every request is answered. `idle` runs once,
+        after the first sends (work that overlaps the wait); its result is returned."""
         result = None
         log = self._log.write
-        quiet = time.perf_counter() + rtt.timeout()  # no resend before this
-        while pending or inflight:
+        ch.submit(reqs)
+        while ch.busy():
             if self._stop.is_set():
-                raise Interrupted(f"worker {cfg.worker_id} stopped in iteration {t}")
+                raise Interrupted(f"worker {self.cfg.worker_id} stopped in iteration {t}")
             self._deadline.check()
-            now = time.perf_counter()
-            while pending and (not inflight or pending[0].id < next(iter(inflight)) + cfg.window):
-                r = pending.popleft()
-                # Stamped at each send, not once per burst: a burst's later requests would
-                # otherwise carry the time before the earlier ones' sends in their latency.
-                sent_at = time.perf_counter()
-                self._send(r.data, r.shard)
-                if kind == "done" and self._loss_seen and t - self._loss_seen <= 2:
-                    self._send(r.data, r.shard)  # packets are being lost: a copy saves a timeout
-                    self.counters["done_copies"] += 1
-                r.start, r.last, r.due = sent_at, sent_at, sent_at + rtt.timeout()
-                inflight[r.id] = r
-                self.counters[f"{kind}_sent"] += 1
+            ch.pump()
             if idle is not None:
                 result, idle = idle(), None
                 continue  # replies may be waiting: read them without blocking
-            replies = self._recv(max(quiet, min(r.due for r in inflight.values())) - now)
-            for m in replies:
-                if self._was_spurious(m):
+            for m in self._recv(ch.wake_in(0.2)):
+                if ch.spurious(m):
                     continue
                 if m.op != reply_op:
                     self.counters["stray_replies"] += 1
                     continue
-                r = inflight.get(m.seq)
+                r = ch.lookup(m.seq)
                 if r is None or not on_reply(r, m):
                     self.counters["late_replies"] += 1
                     continue
-                del inflight[m.seq]
+                from_switch = bool(m.flags & FLAG_FROM_SWITCH)
+                # A PS reply passed the switch after every earlier request to that shard:
+                # those still unanswered were lost. A switch reply may overtake them.
+                ch.answered(r, m, ordered=not from_switch, path=from_switch)
                 done = time.perf_counter()
-                if r.tries == 0:
-                    rtt.sample(done - r.start)
-                elif kind != "done":
-                    # If a second reply follows, this one answered a send before the last
-                    # (the paths keep order), so done - before_last is a lower bound of
-                    # its round trip (exact when sent twice): a sample that never inflates.
-                    self._resent_answered[m.op, m.seq] = (done - r.before_last, rtt)
-                    if len(self._resent_answered) > 4096:  # really lost ones never pair
-                        del self._resent_answered[next(iter(self._resent_answered))]
-                quiet = done + rtt.timeout()
-                if not m.flags & FLAG_FROM_SWITCH:
-                    self._fast_retransmit(kind, inflight, r, rtt)
                 log(
                     (
-                        kind,
+                        r.kind,
                         t,
                         r.id,
-                        r.shard,
-                        len(r.keys),
-                        r.hot,
-                        f"{r.start + self._wall_offset:.6f}",
+                        r.context.shard,
+                        len(r.msg.keys),
+                        r.context.hot,
+                        f"{r.first + self._wall_offset:.6f}",
                         f"{done + self._wall_offset:.6f}",
-                        f"{(done - r.start) * 1e6:.1f}",
+                        f"{(done - r.first) * 1e6:.1f}",
                         r.tries,
-                        int(bool(m.flags & FLAG_FROM_SWITCH)),
+                        int(from_switch),
                         m.mask,
                         "",
                     )
                 )
-            now = time.perf_counter()
-            if now < quiet:
-                continue
-            for r in inflight.values():
-                if r.due <= now:
-                    self._resend(kind, r, rtt, now)
         if idle is not None:  # nothing was sent
             result = idle()
         return result
 
-    def _was_spurious(self, m: Message) -> bool:
-        """A second reply to a request that was resent and already answered proves a resend
-        spurious: the first reply answered an earlier send, so the time since the send
-        before the last is a (lower bound of a) round trip. Without it, a queue that grew
-        (a bottleneck link) keeps the timeout below the round trip, and each iteration
-        resends its whole window, which lengthens the queue further."""
-        found = self._resent_answered.pop((m.op, m.seq), None)
-        if found is None:
-            return False
-        sample, rtt = found
-        rtt.sample(sample)
-        self.counters["spurious_retransmits"] += 1
-        return True
-
-    def _fast_retransmit(
-        self, kind: str, inflight: dict[int, _Request], answered: _Request, rtt: RttEstimator
-    ) -> None:
-        """A PS reply to `answered` means every request sent to that shard before it (and
-        not resent since) was lost, or its reply was: the switch handles a port's frames in
-        order and so does the PS, whether the switch answers a request or forwards it. So
-        resend those now instead of waiting for their timeout."""
-        now = time.perf_counter()
-        for r in inflight.values():  # in id order, which is send order
-            if r.id >= answered.id:
-                break
-            if r.shard == answered.shard and r.last <= answered.start:
-                self._resend(kind, r, rtt, now)
-                self.counters[f"{kind}_fast_retransmits"] += 1
-
-    def _resend(self, kind: str, r: _Request, rtt: RttEstimator, now: float) -> None:
+    def _on_resend(self, _r: _Request) -> None:
         self._loss_seen = self._iteration
-        r.tries += 1
-        r.before_last, r.last, r.due = r.last, now, now + rtt.timeout(r.tries)
-        data = bytearray(r.data)
-        data[2] |= FLAG_RETRANSMIT
-        self._send(bytes(data), r.shard)
-        self.counters[f"{kind}_retransmits"] += 1
 
-    def _send(self, data: bytes, shard: int) -> None:
+    def _done_copies(self) -> int:
+        """Packets are being lost: a second copy of each DONE saves a timeout."""
+        if self._loss_seen and self._iteration - self._loss_seen <= 2:
+            self.counters["done_copies"] += 1
+            return 2
+        return 1
+
+    def _send(self, data: bytes, dest: Address) -> None:
         try:
-            self.sock.sendto(data, self.cfg.ps[shard])
+            self.sock.sendto(data, dest)
         except OSError as exc:  # e.g. ENOBUFS or no route: a lost packet, resent on timeout
             self.counters["send_errors"] += 1
             if self.counters["send_errors"] == 1:

@@ -92,7 +92,7 @@ def run_job(
     threads = [_thread(ps.run, out, f"ps{i}") for i, ps in enumerate(servers)]
     if hot_keys:
         limit = time.monotonic() + 5
-        while sum(len(ps._switch.cached) for ps in servers) < len(hot_keys):
+        while sum(len(ps.cache.tag) for ps in servers) < len(hot_keys):
             assert time.monotonic() < limit, "the prefill WRITEBACKs were not acked"
             time.sleep(0.01)
     workers = [

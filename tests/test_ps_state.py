@@ -1,0 +1,51 @@
+"""The PS's explicit state: what it believes the switch cache holds, and its barrier phases."""
+
+from __future__ import annotations
+
+from hosts.ps import LOG_COLUMNS, IterationState, ParameterServer, Phase, PSConfig
+from hosts.stats import CsvLog
+from hosts.switch_cache import CacheBeliefs
+
+
+def test_beliefs_follow_refreshes_writebacks_and_losses() -> None:
+    c = CacheBeliefs()
+    c.seed({5: 2, 6: None})
+    assert c.offset_of == {5: 2}
+    assert c.written(5, 1) and c.holds(5, 1) and c.slot == {2: (5, 1)}
+    assert c.refreshable(1, cold=set()) == {2: 5}
+    assert c.refreshable(1, cold={5}) == {}  # a key with a cold part is never refreshed
+    c.refreshed(2, 5, 2)
+    assert c.holds(5, 2) and not c.written(5, 1)  # a late ack does not move it back
+    c.refused(2)
+    assert c.slot == {} and c.holds(5, 2)  # the slot, not the key's tag, was wrong
+    c.collected(7, 3)
+    assert c.written(7, 3) and c.slot[3] == (7, 3)  # where its sums were collected
+    c.refresh_lost(3, 7)
+    assert not c.holds(7, 3) and 3 not in c.slot and c.take_unsure() == [(3, 7)]
+    assert c.take_unsure() == []
+    c.rejected(5)
+    assert not c.holds(5, 2)
+
+
+def test_barrier_phases_of_an_iteration() -> None:
+    it = IterationState(3)
+    assert it.phase is Phase.ACCUMULATING and not it.in_barrier
+    for phase in (Phase.COLLECTING, Phase.INVALIDATING, Phase.WRITING_BACK):
+        it.phase = phase
+        assert it.in_barrier
+    it.phase = Phase.RELEASED
+    assert not it.in_barrier
+
+
+def test_release_starts_the_next_iteration_state() -> None:
+    ps = ParameterServer(PSConfig(1, 1, 10, iterations=2, bind=("127.0.0.1", 0)))
+    try:
+        ps._log = CsvLog(None, LOG_COLUMNS)  # run() opens it
+        first = ps.it
+        first.done[0] = (0.0, 0.0)
+        ps._addr[0] = ("127.0.0.1", 9)
+        ps._finalize()  # server-only: apply and release at once
+        assert first.phase is Phase.RELEASED and ps.it.number == ps.cur == 2
+        assert ps.it.phase is Phase.ACCUMULATING and ps.it.done == {}
+    finally:
+        ps.close()
