@@ -197,9 +197,8 @@ def _title(rows: list[dict[str, Any]], varying: Iterable[str], iterations: int) 
             fixed.append(f"{name}={values[0]:g}")
     seeds = sorted({r["point.seed"] for r in rows})
     target = rows[0].get("target", "")
-    return f"{target}, {iterations} iterations, seeds {','.join(map(str, seeds))}: " + " ".join(
-        fixed
-    )
+    seed_list = ",".join(map(str, seeds))
+    return f"{target}, {iterations} iterations, seeds {seed_list}\n" + " ".join(fixed)
 
 
 def plot(rows: list[dict[str, Any]], out: Path, iterations: int) -> list[str]:
@@ -208,6 +207,7 @@ def plot(rows: list[dict[str, Any]], out: Path, iterations: int) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     made = []
     one_ps = [r for r in rows if r["point.shards"] == 1]
@@ -246,6 +246,8 @@ def plot(rows: list[dict[str, Any]], out: Path, iterations: int) -> list[str]:
         ax.plot([], [], "x", color="grey", label="run not network-bound (fidelity)")
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xlabel(xlabel)
+        if x == "point.workers":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("iteration p50 speed-up (server-only / offload)")
         ax.set_title(_title(one_ps, (x, group), iterations), fontsize=9)
         ax.legend(fontsize=8)
@@ -267,6 +269,7 @@ def plot(rows: list[dict[str, Any]], out: Path, iterations: int) -> list[str]:
             ys = [sum(per_iter[key][v]) / len(per_iter[key][v]) for v in xs]
             ax.plot(xs, ys, style, color=f"C{i}", label=f"{mode}, skew={key:g}")
     ax.set_xlabel("workers")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("worker packets reaching the PS per iteration")
     ax.set_title(_title(one_ps, ("point.workers", "point.skew"), iterations), fontsize=9)
     ax.legend(fontsize=8)
@@ -295,6 +298,7 @@ def plot(rows: list[dict[str, Any]], out: Path, iterations: int) -> list[str]:
                     xs, [sum(ys[v]) / len(ys[v]) for v in xs], style, color=f"C{i}", label=label
                 )
         ax.set_xlabel("workers")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("iteration p50 (ms)")
         ax.set_title(
             "a switch or another server? " + _title(rows, ("point.workers",), iterations),
