@@ -175,9 +175,6 @@ def run(cfg: RunConfig) -> int:
     phases = {}
     try:
         exp.start()
-        if cfg.bw == "auto":
-            config["bw_auto"] = calibrate(exp)
-            record_links()
         exp.configure(hot_keys=None)
         # Same workload and seed, read further on: the warm-up learns which keys are popular
         # without seeing the iterations it is then measured on (a trace is profiled from its
@@ -199,6 +196,10 @@ def run(cfg: RunConfig) -> int:
                 f"no key had {cfg.warmup} updates in the warm-up (one per iteration): the "
                 "offload phase runs with no hot keys; try a higher SKEW or a longer warm-up"
             )
+        if cfg.bw == "auto":
+            # After the warm-up: the calibration runs both modes, with this hot set.
+            config["bw_auto"] = calibrate(exp, hot.keys, offset)
+            record_links()
         exp.configure(hot_keys=None)
         phases["server"] = exp.run_phase(
             "server", cfg.iterations, collect=False, stream_offset=measured
@@ -237,27 +238,45 @@ def run(cfg: RunConfig) -> int:
     return 0
 
 
-def calibrate(exp: Experiment) -> dict:
-    """BW=auto: short server-only phases at rising link rates; the highest rate whose phase
-    was PS-link-bound (experiment/fidelity.py) is the run's rate. Rising, since the first
-    rate that is not network-bound ends the search."""
+def calibrate(exp: Experiment, hot_keys: list[int], stream_offset: int) -> dict:
+    """BW=auto: short phases of both modes at rising link rates; the highest rate at which
+    both were PS-link-bound (experiment/fidelity.py) is the run's rate. Both modes, because
+    they load the machine differently (offload moves work from the PS to the switch and adds
+    the COLLECTs); rising, since the first rate that is not network-bound ends the search.
+    The phases read the warm-up's part of the workload, never the measured iterations."""
     from experiment.runner import AUTO_RATES, CALIBRATION_ITERATIONS
 
     trials = []
     chosen = None
     for mbps in AUTO_RATES:
         exp.set_bandwidth(mbps)
-        exp.configure(hot_keys=None)  # a fresh pipeline: the phase's seqs start at 1 again
-        phase = exp.run_phase(
-            f"calibrate-{mbps:g}",
-            CALIBRATION_ITERATIONS,
-            collect=False,
-            stream_offset=WARMUP_STREAM_OFFSET,
+        verdicts = {}
+        for mode, keys in (("server", None), ("offload", hot_keys)):
+            exp.configure(hot_keys=keys)  # a fresh pipeline: the phase's seqs start at 1 again
+            phase = exp.run_phase(
+                f"calibrate-{mbps:g}-{mode}",
+                CALIBRATION_ITERATIONS,
+                collect=keys is not None,
+                stream_offset=stream_offset,
+            )
+            verdicts[mode] = phase.fidelity
+            if phase.fidelity["bottleneck"] != "ps_link":
+                break  # no need to try the other mode at this rate
+        worst = next((v for v in verdicts.values() if v["bottleneck"] != "ps_link"), None)
+        shown = worst or verdicts["offload"]
+        trials.append(
+            {
+                "mbps": mbps,
+                "bottleneck": shown["bottleneck"],
+                "why": shown["why"],
+                "modes": {m: v["bottleneck"] for m, v in verdicts.items()},
+            }
         )
-        verdict = phase.fidelity
-        trials.append({"mbps": mbps, "bottleneck": verdict["bottleneck"], "why": verdict["why"]})
-        say(f"BW=auto: {mbps:g} Mbit/s: {verdict['bottleneck']} ({verdict['why']})")
-        if verdict["bottleneck"] != "ps_link":
+        which = (
+            "both modes" if worst is None else next(m for m, v in verdicts.items() if v is worst)
+        )
+        say(f"BW=auto: {mbps:g} Mbit/s: {shown['bottleneck']} in {which} ({shown['why']})")
+        if worst is not None:
             break
         chosen = mbps
     if chosen is None:

@@ -145,7 +145,10 @@ def test_bw_auto_calibrates_and_records_the_verdicts(tmp_path):
     assert set(fidelity["bottlenecks"]) == {"server", "offload"}
     assert "BW=auto:" in proc.stdout
     run_dir = (tmp_path / "runs" / "latest").resolve()
-    assert (run_dir / f"calibrate-{rates[0]:g}").is_dir()
+    assert (run_dir / f"calibrate-{rates[0]:g}-server").is_dir()
+    # A rate counts only when both modes were PS-link-bound there.
+    for trial in trials[:-1]:
+        assert trial["modes"] == {"server": "ps_link", "offload": "ps_link"}
 
 
 def test_training_run_is_exact_so_cached_pulls_were_right(tmp_path):
