@@ -735,12 +735,14 @@ class _SlowerFromNth(Relay):
 
 
 def test_spurious_resends_teach_the_timeout_the_longer_round_trip(tmp_path) -> None:
-    # After the first iteration every round trip is 60 ms longer: the first timeouts fire
+    # After the first iteration every round trip is 200 ms longer (100 ms each way: more than
+    # any round trip of the start, which the timeout's peak-RTT floor remembers for a second
+    # or two, so the jump does outgrow the timeout even on a slow start): the first timeouts fire
     # and resend, but the second reply to each resent request shows that the first one
     # answered the original, so the timeout learns the new round trip and later
     # iterations resend nothing (Karn's rule alone would resend every window again).
     wl = zipf()
-    relay = lambda ups: _SlowerFromNth(ups, start=150, extra=0.03)  # noqa: E731
+    relay = lambda ups: _SlowerFromNth(ups, start=150, extra=0.1)  # noqa: E731
     params, _, results, _ = run_job(wl, 2, 10, tmp_path, relay=relay, rto=0.003, rto_max=1.0)
     assert np.array_equal(params, reference_run(wl, 2, 10).params)
     for r in results:
