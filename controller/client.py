@@ -33,7 +33,13 @@ from controller.errors import (
 log = logging.getLogger(__name__)
 
 ElectionId = Union[int, tuple[int, int]]
-WRITE_BATCH = 1000  # updates per Write RPC: big enough to amortise the RPC, small messages
+# Updates per Write RPC. A failing batch's error lists every update (p4.v1.Error each), and
+# that list travels in gRPC trailers: the embedded switch keeps every update's code only up
+# to ~140 updates (softswitch/p4rt/errors.py), and BMv2 (PI) sends its whole list, ~150
+# bytes a failure, which needs _MAX_METADATA below. Orphan repair (hot_keys.py) needs the
+# codes, so batches stay at 100.
+WRITE_BATCH = 100
+_MAX_METADATA = 1 << 20  # gRPC's client default is 8 KiB (soft) / 16 KiB (hard)
 # A Read streams whole tables (up to 16384 entries each); a server on pure-Python protobuf,
 # like the embedded target, needs seconds per table, so reads get a longer deadline.
 READ_TIMEOUT = 120.0
@@ -81,6 +87,8 @@ class SwitchClient:
             ("grpc.enable_http_proxy", 0),  # an http_proxy must never catch 127.0.0.1 traffic
             ("grpc.max_send_message_length", _MAX_MESSAGE),
             ("grpc.max_receive_message_length", _MAX_MESSAGE),
+            ("grpc.max_metadata_size", _MAX_METADATA),
+            ("grpc.absolute_max_metadata_size", _MAX_METADATA),
         ]
         self._channel = grpc.insecure_channel(self.addr, options=options)
         self._stub = p4runtime_pb2_grpc.P4RuntimeStub(self._channel)
@@ -246,7 +254,7 @@ class SwitchClient:
             try:
                 self._write(req, timeout=self.timeout)
             except grpc.RpcError as e:
-                err = translate_rpc_error(e, self.addr, "Write", start)
+                err = translate_rpc_error(e, self.addr, "Write", start, len(batch))
                 if stop_on_error or not isinstance(err, WriteError):
                     raise err from None
                 errors += err.errors

@@ -140,8 +140,11 @@ def _code(err: grpc.RpcError) -> grpc.StatusCode | None:
         return None
 
 
-def _update_errors(err: grpc.RpcError, base_index: int) -> list[UpdateError] | None:
-    """The non-OK `p4.v1.Error`s of a failed Write, or None if the server sent no details."""
+def _update_errors(
+    err: grpc.RpcError, base_index: int, batch_len: int | None
+) -> list[UpdateError] | None:
+    """The non-OK `p4.v1.Error`s of a failed Write, or None if the server sent no list, or
+    one whose length is not the batch's (its positions would name the wrong updates)."""
     try:
         metadata = err.trailing_metadata() or ()
     except Exception:
@@ -151,6 +154,8 @@ def _update_errors(err: grpc.RpcError, base_index: int) -> list[UpdateError] | N
             continue
         status = status_pb2.Status()
         status.ParseFromString(value)
+        if batch_len is not None and len(status.details) != batch_len:
+            return None
         out = []
         for i, detail in enumerate(status.details):
             p4_error = p4runtime_pb2.Error()
@@ -163,15 +168,19 @@ def _update_errors(err: grpc.RpcError, base_index: int) -> list[UpdateError] | N
 
 
 def translate_rpc_error(
-    err: grpc.RpcError, addr: str, what: str, base_index: int = 0
+    err: grpc.RpcError, addr: str, what: str, base_index: int = 0, batch_len: int | None = None
 ) -> ControllerError:
     """One grpc.RpcError -> the matching ControllerError (call once, at the RPC boundary).
 
     `what` names the operation for the message; for a Write, `base_index` is the index of the
-    batch's first update in the caller's list.
+    batch's first update in the caller's list and `batch_len` its number of updates.
     """
     code = _code(err)
     details = _details(err)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "metadata size exceeds" in details:
+        # our own gRPC refused the answer's trailers (the error list of a big failing
+        # batch): not a full table
+        return RpcFailed(f"{what}: the switch's error was too large to receive: {details}")
     if code == grpc.StatusCode.UNAVAILABLE:
         return SwitchUnreachable(f"switch at {addr} unreachable during {what}: {details}")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -186,7 +195,7 @@ def translate_rpc_error(
     if what == "SetForwardingPipelineConfig" and code == grpc.StatusCode.INVALID_ARGUMENT:
         return PipelineMismatch(f"the switch at {addr} refused the pipeline: {details}")
     if what == "Write":
-        errors = _update_errors(err, base_index)
+        errors = _update_errors(err, base_index, batch_len)
         if errors is None and code is not None and code.name in _WRITE_ERROR_BY_CODE:
             # A server may answer a failed batch with one plain status instead of details.
             errors = [UpdateError(base_index, code.name, details)]

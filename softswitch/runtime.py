@@ -43,6 +43,7 @@ PACKET_OUTGOING = socket.PACKET_OUTGOING
 RX_BATCH = 64  # frames read from one port before the next port gets its turn
 MAX_FRAME = 65536
 MAX_LOGGED_ERRORS = 20
+ETH_HLEN = 14  # a packet socket refuses (EINVAL) a frame shorter than the Ethernet header
 
 SO_ATTACH_FILTER = 26
 PACKET_AUXDATA = 8
@@ -196,6 +197,11 @@ class Runtime:
         for eport, out in outputs:
             sock = self.socks.get(eport)
             if sock is not None:
+                if len(out) < ETH_HLEN:
+                    # e.g. a PacketOut with a payload of a few bytes: BMv2's port cannot
+                    # send it either; a counted drop, not an error with a traceback
+                    self.stats["tx_runt"] += 1
+                    continue
                 try:
                     sock.send(out)
                     self.stats["tx"] += 1

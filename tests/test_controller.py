@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
+from google.rpc import status_pb2
 from p4.v1 import p4runtime_pb2
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
@@ -33,9 +35,11 @@ from controller.errors import (
     NotFound,
     NotPrimary,
     PipelineMismatch,
+    RpcFailed,
     SwitchUnreachable,
     TableFull,
     UnknownJob,
+    translate_rpc_error,
 )
 from controller.forwarding import Forwarding, Route, compute_routes, load_routes_topology
 from controller.hot_keys import HotKeys
@@ -217,6 +221,55 @@ def test_write_errors_carry_per_update_indices(client: SwitchClient, switch: Swi
     assert [e.index for e in exc.value.errors] == [1, 3]
     assert {e.code for e in exc.value.errors} == {"ALREADY_EXISTS"}
     assert {e.match[1] for e in switch.hot(0).entries()} == {10, 11, 12}  # rest applied
+
+
+def test_higher_election_id_takes_over(switch: Switch) -> None:
+    first = switch.client((0, 5))
+    second = None
+    try:
+        Jobs(first, switch.p4info).add(1, 8)
+        second = switch.client((0, 6))
+        with pytest.raises(NotPrimary):
+            Jobs(first, switch.p4info).add(2, 8)
+        Jobs(second, switch.p4info).add(2, 8)
+        assert len(switch.pipeline.tables["HotaggIngress.jobs"]) == 2
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+
+
+class FakeRpcError(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode, details: str, trailers: tuple = ()) -> None:
+        self._code, self._details, self._trailers = code, details, trailers
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def trailing_metadata(self) -> tuple:
+        return self._trailers
+
+
+def test_oversized_error_is_not_reported_as_a_full_table() -> None:
+    err = FakeRpcError(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "Stream removed (received metadata size exceeds hard limit (value length 21115 vs. 16384))",
+    )
+    out = translate_rpc_error(err, "sw", "Write", 0, 600)
+    assert type(out) is RpcFailed and "too large to receive" in str(out)
+
+
+def test_error_list_of_another_length_is_not_indexed() -> None:
+    """A server that lists failed updates only: its positions are not update indices."""
+    status = status_pb2.Status(code=2, message="1 of 3 updates failed")
+    status.details.add().Pack(p4runtime_pb2.Error(canonical_code=6, message="exists"))
+    trailers = (("grpc-status-details-bin", status.SerializeToString()),)
+    err = FakeRpcError(grpc.StatusCode.UNKNOWN, status.message, trailers)
+    assert type(translate_rpc_error(err, "sw", "Write", 0, 3)) is RpcFailed
+    assert translate_rpc_error(err, "sw", "Write", 0, 1).errors[0].code == "ALREADY_EXISTS"
 
 
 # --- jobs ---

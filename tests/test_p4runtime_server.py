@@ -3,8 +3,11 @@ Pipeline, spoken to with the generated stubs and p4runtime-shell's P4RuntimeClie
 
 from __future__ import annotations
 
+import collections
+import logging
 import queue
 import threading
+import time
 
 import grpc
 import pytest
@@ -72,9 +75,11 @@ class Ids:
 
 
 class Switch:
-    def __init__(self) -> None:
+    def __init__(self, **server_options) -> None:
         self.pipeline = Pipeline(seed=1)
-        self.server = P4RuntimeServer(self.pipeline, device_id=0, address="127.0.0.1:0")
+        self.server = P4RuntimeServer(
+            self.pipeline, device_id=0, address="127.0.0.1:0", **server_options
+        )
         self.sent: queue.Queue[tuple[int, bytes]] = queue.Queue()
         self.dataplane = InlineDataplane(
             self.pipeline, lambda p, f: self.sent.put((p, f)), self.server.packet_in
@@ -216,7 +221,7 @@ def udp_frame(dst: str, payload: bytes = b"hello") -> bytes:
     )
 
 
-def test_capabilities_and_no_pipeline_yet(sw):
+def test_capabilities_and_no_pipeline_yet(sw, clients):
     caps = sw.stub.Capabilities(p4runtime_pb2.CapabilitiesRequest())
     assert caps.p4runtime_api_version == "1.4.1"
     got = sw.stub.GetForwardingPipelineConfig(GetReq(device_id=0))
@@ -226,10 +231,15 @@ def test_capabilities_and_no_pipeline_yet(sw):
     assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     with pytest.raises(grpc.RpcError) as e:
         write_batch(sw, [], election=(0, 0))
-    # no stream open and an election id given -> not primary (as PI does)
+    # no stream open -> nobody is primary, with or without an election id (PI accepts the
+    # latter: a debugging convenience its code marks as not for production)
     assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
     with pytest.raises(grpc.RpcError) as e:
         sw.stub.Write(p4runtime_pb2.WriteRequest(device_id=0))
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    clients((0, 1))
+    with pytest.raises(grpc.RpcError) as e:
+        write_batch(sw, [], election=(0, 1))
     assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
@@ -895,3 +905,260 @@ def test_writes_protobuf_must_parse_get_the_same_answers(ready):
     assert [x.canonical_code for x in errs] == [code_pb2.OK, code_pb2.INVALID_ARGUMENT]
     assert "job_id is exact, got range" in errs[1].message
     assert sw.pipeline.tables[HOT0].get((1, 2)).params == (3,)
+
+
+# --- abuse: roles and election ids, big failing batches, idle streams, bad bytes ---
+
+
+class Stream:
+    """A raw StreamChannel that sends what the test puts in `out` (None ends it)."""
+
+    def __init__(self, stub, timeout: float = 30) -> None:
+        self.out: queue.Queue = queue.Queue()
+        self.call = stub.StreamChannel(iter(self.out.get, None), timeout=timeout)
+
+    def arbitrate(self, election: tuple[int, int] | None, role: str = "") -> Stream:
+        req = p4runtime_pb2.StreamMessageRequest()
+        req.arbitration.device_id = 0
+        if role:
+            req.arbitration.role.name = role
+        if election is not None:
+            req.arbitration.election_id.high, req.arbitration.election_id.low = election
+        self.out.put(req)
+        return self
+
+    def first(self) -> p4runtime_pb2.StreamMessageResponse:
+        return next(self.call)
+
+    def close(self) -> None:
+        self.out.put(None)
+        self.call.cancel()
+
+
+def write_as(sw, updates, role: str = "", election: tuple[int, int] | None = (0, 1)):
+    req = p4runtime_pb2.WriteRequest(device_id=0, role=role)
+    if election is not None:
+        req.election_id.high, req.election_id.low = election
+    for kind, entity in updates:
+        getattr(req.updates.add(type=kind).entity, entity_field(entity)).CopyFrom(entity)
+    return sw.stub.Write(req, timeout=10)
+
+
+def code_of(call) -> grpc.StatusCode:
+    with pytest.raises(grpc.RpcError) as e:
+        call()
+    return e.value.code()
+
+
+def test_writes_need_a_known_role_and_its_primary(ready):
+    sw, ids = ready, ready.ids
+    entry = hot_entry(ids, 1, 2, 3)
+    ins = [(Update.INSERT, entry)]
+    # the issue's case: unknown role, no election id, while the default role has a primary
+    assert code_of(lambda: write_as(sw, ins, role="nosuch", election=None)) == (
+        grpc.StatusCode.NOT_FOUND
+    )
+    assert code_of(lambda: write_as(sw, ins, role="nosuch")) == grpc.StatusCode.NOT_FOUND
+    assert code_of(lambda: write_as(sw, ins, election=None)) == grpc.StatusCode.PERMISSION_DENIED
+    assert code_of(lambda: write_as(sw, ins, election=(0, 0))) == grpc.StatusCode.PERMISSION_DENIED
+    assert code_of(lambda: write_as(sw, ins, election=(1, 1))) == grpc.StatusCode.PERMISSION_DENIED
+    req = SetReq(device_id=0, action=SetReq.VERIFY_AND_COMMIT, role="nosuch")
+    req.config.p4info.CopyFrom(ids.info)
+    assert code_of(lambda: sw.stub.SetForwardingPipelineConfig(req)) == grpc.StatusCode.NOT_FOUND
+    assert len(sw.pipeline.tables[HOT0]) == 0
+    # a role exists once a stream arbitrates for it; election id 0 is a valid id, unset is not
+    s = Stream(sw.stub).arbitrate((0, 0), role="other")
+    assert s.first().arbitration.status.code == code_pb2.OK
+    write_as(sw, ins, role="other", election=(0, 0))
+    assert code_of(lambda: write_as(sw, [(Update.DELETE, entry)], role="other", election=None)) == (
+        grpc.StatusCode.PERMISSION_DENIED
+    )
+    s.close()
+    time.sleep(0.3)
+    # known role, no stream open: PERMISSION_DENIED (no longer NOT_FOUND, nor accepted)
+    assert code_of(
+        lambda: write_as(sw, [(Update.DELETE, entry)], role="other", election=(0, 0))
+    ) == (grpc.StatusCode.PERMISSION_DENIED)
+    write_as(sw, [(Update.DELETE, entry)])  # the default role's primary is unaffected
+    assert len(sw.pipeline.tables[HOT0]) == 0
+
+
+def test_role_names_and_counts_are_bounded(ready):
+    sw = ready
+    long = Stream(sw.stub).arbitrate((0, 1), role="r" * 300)
+    assert code_of(long.first) == grpc.StatusCode.INVALID_ARGUMENT
+    streams = [Stream(sw.stub).arbitrate((0, 1), role=f"role{i}") for i in range(16)]
+    for st in streams:
+        assert st.first().arbitration.status.code == code_pb2.OK
+    extra = Stream(sw.stub).arbitrate((0, 1), role="one-too-many")
+    assert code_of(extra.first) == grpc.StatusCode.RESOURCE_EXHAUSTED
+    for st in streams:
+        st.close()
+
+
+def test_higher_election_id_takes_over(ready, clients):
+    sw, ids = ready, ready.ids
+    first = sw.client  # 0:1
+    clients((0, 9))
+    assert arbitration_of(first).status.code == code_pb2.ALREADY_EXISTS
+    assert code_of(lambda: write_as(sw, [(Update.INSERT, hot_entry(ids, 1, 2, 3))])) == (
+        grpc.StatusCode.PERMISSION_DENIED
+    )
+    write_as(sw, [(Update.INSERT, hot_entry(ids, 1, 2, 3))], election=(0, 9))
+    dup = Stream(sw.stub).arbitrate((0, 9))  # a live controller's id: refused, per spec
+    assert code_of(dup.first) == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def trailer_bytes(err: grpc.RpcError) -> int:
+    return sum(len(k) + len(v) for k, v in err.trailing_metadata()) + len(err.details())
+
+
+def test_big_failing_batch_gives_a_readable_error(ready):
+    """600 updates, one failing: the per-update list would exceed the 8 KiB of trailers a
+    gRPC client accepts (it answered RESOURCE_EXHAUSTED "received metadata size exceeds
+    hard limit"); now a default client gets UNKNOWN with a message naming the failure."""
+    sw, ids = ready, ready.ids
+    write_as(sw, [(Update.INSERT, hot_entry(ids, 1, 5, 1))])
+    updates = [(Update.INSERT, hot_entry(ids, 1, 1000 + k, 1)) for k in range(599)]
+    updates.insert(321, (Update.INSERT, hot_entry(ids, 1, 5, 2)))
+    with pytest.raises(grpc.RpcError) as e:
+        write_as(sw, updates)
+    assert e.value.code() == grpc.StatusCode.UNKNOWN
+    msg = e.value.details()
+    assert msg.startswith("1 of 600 updates failed (1 ALREADY_EXISTS)")
+    assert "update 321: ALREADY_EXISTS" in msg and "smaller batches" in msg
+    status = status_pb2.Status.FromString(dict(e.value.trailing_metadata())[STATUS_DETAILS_KEY])
+    assert status.message == msg and not status.details
+    assert trailer_bytes(e.value) < 8000
+    assert len(sw.pipeline.tables[HOT0]) == 600  # the other 599 were applied
+
+
+def test_failing_batch_of_100_keeps_every_code(ready):
+    """All 100 updates fail with long messages: the list stays complete (one Error per
+    update, in order, as the spec wants), the messages after the first five are dropped."""
+    sw, ids = ready, ready.ids
+    updates = []
+    for k in range(100):
+        e = hot_entry(ids, 1, k, 1)
+        e.match[0].exact.value = b"\xff" * 40  # does not fit job_id's 16 bits
+        updates.append((Update.INSERT, e))
+    updates[7] = (Update.DELETE, hot_entry(ids, 1, 77, None))
+    with pytest.raises(grpc.RpcError) as e:
+        write_as(sw, updates)
+    errs = batch_errors(e.value)
+    assert len(errs) == 100
+    assert errs[7].canonical_code == code_pb2.NOT_FOUND
+    assert {x.canonical_code for i, x in enumerate(errs) if i != 7} == {code_pb2.INVALID_ARGUMENT}
+    assert all(x.message for x in errs[:5]) and not any(x.message for x in errs[5:])
+    assert "after the first 5 failures left out" in e.value.details()
+    assert trailer_bytes(e.value) < 8000
+
+
+def test_huge_value_is_not_echoed(ready):
+    sw, ids = ready, ready.ids
+    e = hot_entry(ids, 1, 2, 3)
+    e.match[1].exact.value = b"\x01" * (1 << 20)  # 1 MB for a 64-bit key
+    with pytest.raises(grpc.RpcError) as err:
+        write_as(sw, [(Update.INSERT, e)])
+    (x,) = batch_errors(err.value)
+    assert x.canonical_code == code_pb2.INVALID_ARGUMENT
+    assert "(1048576 bytes)" in x.message and len(x.message) < 200
+    assert trailer_bytes(err.value) < 2000
+
+
+def test_read_of_unknown_ids(ready):
+    sw = ready
+    for ent in (
+        p4runtime_pb2.TableEntry(table_id=0x02FFFFFF),
+        p4runtime_pb2.CounterEntry(counter_id=0x12FFFFFF),
+        p4runtime_pb2.RegisterEntry(register_id=0x0FFFFFFF),
+    ):
+        assert code_of(lambda ent=ent: read(sw, ent)) == grpc.StatusCode.INVALID_ARGUMENT
+    req = p4runtime_pb2.ReadRequest(device_id=0)
+    req.entities.add()  # the spec: an empty Entity is INVALID_ARGUMENT
+    assert code_of(lambda: list(sw.stub.Read(req))) == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.fixture
+def idle_sw(clients, p4info):
+    """A switch whose streams must arbitrate within 1.5 s, with a primary and a pipeline."""
+    s = Switch(arbitration_timeout=1.5)
+    clients.sw = s
+    s.client = clients((0, 1))
+    set_pipeline(s.stub, p4info)
+    s.ids = Ids(p4info)
+    yield s
+    for c in list(clients.live):
+        clients.close(c)
+    s.channel.close()
+    s.server.stop(grace=None)
+
+
+def test_streams_that_never_arbitrate_cannot_starve_the_server(idle_sw):
+    """40 streams that send nothing: 8 wait (then are closed), the rest are refused at
+    once; meanwhile Write, Read and GetForwardingPipelineConfig are answered."""
+    sw = idle_sw
+    idle = [Stream(sw.stub) for _ in range(40)]
+    start = time.monotonic()
+    write_as(sw, [(Update.INSERT, hot_entry(sw.ids, 1, 2, 3))])
+    assert len(read(sw, hot_entry(sw.ids, 1, 2, None))) == 1
+    sw.stub.GetForwardingPipelineConfig(GetReq(device_id=0), timeout=5)
+    assert time.monotonic() - start < 1.5  # not waiting for the idle streams' timeout
+    codes = collections.Counter(s.call.code() for s in idle)
+    assert codes == {
+        grpc.StatusCode.RESOURCE_EXHAUSTED: 32,
+        grpc.StatusCode.FAILED_PRECONDITION: 8,
+    }
+    timed_out = next(s for s in idle if s.call.code() == grpc.StatusCode.FAILED_PRECONDITION)
+    assert "MasterArbitrationUpdate within 1.5 s" in timed_out.call.details()
+    for s in idle:
+        s.close()
+    # once they are gone, a new stream can arbitrate again
+    late = Stream(sw.stub).arbitrate((0, 5))
+    assert late.first().arbitration.status.code == code_pb2.OK
+    late.close()
+
+
+def test_arbitrated_streams_leave_threads_for_unary_rpcs(idle_sw):
+    """Backup streams of two roles up to the cap (24 of 32 threads): the next is refused,
+    and unary RPCs are still answered."""
+    sw = idle_sw
+    held = [Stream(sw.stub).arbitrate((0, 100 + i), role=f"r{i % 2}") for i in range(23)]
+    for st in held:
+        st.first()
+    extra = Stream(sw.stub).arbitrate((0, 999), role="r0")
+    assert code_of(extra.first) == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "too many open streams" in extra.call.details()
+    write_as(sw, [(Update.INSERT, hot_entry(sw.ids, 1, 2, 3))])
+    sw.stub.GetForwardingPipelineConfig(GetReq(device_id=0), timeout=5)
+    for st in held:
+        st.close()
+
+
+@pytest.mark.parametrize(
+    "method",
+    ["Write", "SetForwardingPipelineConfig", "GetForwardingPipelineConfig", "Capabilities"],
+)
+def test_undecodable_request_logs_one_line(sw, caplog, method):
+    with caplog.at_level(logging.INFO):
+        call = sw.channel.unary_unary(f"/p4.v1.P4Runtime/{method}")
+        with pytest.raises(grpc.RpcError) as e:
+            call(b"\x22\x05\x01", timeout=5)
+        assert e.value.code() == grpc.StatusCode.INTERNAL
+        assert e.value.details() == "Exception deserializing request!"
+    records = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(records) == 1 and records[0].exc_info is None
+    assert "undecodable" in records[0].getMessage()
+
+
+def test_undecodable_read_and_stream_log_one_line(sw, caplog):
+    with caplog.at_level(logging.INFO):
+        with pytest.raises(grpc.RpcError) as e:
+            list(sw.channel.unary_stream("/p4.v1.P4Runtime/Read")(b"\x22\x05\x01", timeout=5))
+        assert e.value.code() == grpc.StatusCode.INTERNAL
+        stream = sw.channel.stream_stream("/p4.v1.P4Runtime/StreamChannel")
+        with pytest.raises(grpc.RpcError) as e:
+            list(stream(iter([b"\x22\x05\x01"]), timeout=5))
+        assert e.value.code() == grpc.StatusCode.INTERNAL
+    records = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(records) == 2 and all(r.exc_info is None for r in records)

@@ -219,6 +219,43 @@ def test_route_over_p4runtime_and_packet_io(switch, tmp_path):
     assert "ready" in proc.stdout.read()
 
 
+@needs_root
+def test_short_packet_out_is_a_counted_drop(switch, tmp_path):
+    """A PacketOut whose frame is shorter than an Ethernet header cannot be sent on a port
+    (the packet socket says EINVAL): counted as tx_runt, one frame after it still goes out,
+    and the log has no traceback. Undecodable gRPC requests log one line each."""
+    proc, addr = switch
+    info = load_p4info()
+    (tmp_path / "p4info.txtpb").write_text(text_format.MessageToString(info))
+    (tmp_path / "dev.json").write_bytes(b"{}")
+    client = P4RuntimeClient(0, addr, (0, 1))
+    h2 = host_socket(2)
+    try:
+        client.set_fwd_pipe_config(str(tmp_path / "p4info.txtpb"), str(tmp_path / "dev.json"))
+        for payload in (b"\x01\x02\x03", b"", bytes(13), udp("10.0.0.2", b"after the runts")):
+            out = p4runtime_pb2.StreamMessageRequest()
+            out.packet.payload = payload
+            out.packet.metadata.add(metadata_id=1, value=b"\x02")
+            out.packet.metadata.add(metadata_id=2, value=b"\x00")
+            client.stream_out_q.put(out)
+        assert recv_frame(h2, lambda f: f.endswith(b"after the runts")) is not None
+        channel = grpc.insecure_channel(addr)
+        for _ in range(2):
+            with pytest.raises(grpc.RpcError) as e:
+                channel.unary_unary("/p4.v1.P4Runtime/GetForwardingPipelineConfig")(b"\x0a")
+            assert e.value.code() == grpc.StatusCode.INTERNAL
+        channel.close()
+    finally:
+        client.tear_down()
+        h2.close()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(10) == 0
+    log = (tmp_path / "log").read_text()
+    assert "Traceback" not in log
+    assert "'tx_runt': 3" in log
+    assert log.count("undecodable GetForwardingPipelineConfigRequest") == 2
+
+
 def test_missing_interface_is_a_clear_error():
     proc = start_switch("--grpc-addr", f"127.0.0.1:{free_port()}", "-i", f"1@nosuch{PID}")
     _, err = proc.communicate(timeout=30)

@@ -4,6 +4,16 @@ As in PI (the server inside simple_switch_grpc), the primary of a role is the li
 with the highest election id: when the primary's stream ends, the next highest becomes
 primary at once. Every arbitration change is announced with a MasterArbitrationUpdate:
 status OK to the primary, ALREADY_EXISTS to each backup, election_id = the primary's.
+
+Roles: the server has no role configuration (every role has full pipeline access, as an
+unset role.config means in the spec), so a role comes into being when a stream first
+arbitrates for it; the default role "" always exists. A Write (or SetForwardingPipeline-
+Config) is checked as the spec's Write RPC section orders it: a role the device does not
+know -> NOT_FOUND; not the primary of its role according to its election id ->
+PERMISSION_DENIED. Unlike PI (pi_server.cpp Write: "if there are no connections, we accept
+all Write requests with no election_id ... may need to be changed in production"), a write
+for a role with no open stream, or without an election id, is refused: the spec's
+"Unset Election ID" section makes an unset id lower than any other, so it is never primary.
 """
 
 from __future__ import annotations
@@ -18,7 +28,9 @@ from p4.v1 import p4runtime_pb2
 
 from softswitch.p4rt.errors import P4RTError
 
-MAX_STREAMS_PER_ROLE = 16
+MAX_STREAMS_PER_ROLE = 16  # PI: DeviceState::max_connections
+MAX_ROLES = 16  # named roles a device remembers, besides the default role
+MAX_ROLE_NAME = 256  # characters
 
 
 def election_int(uint128: p4runtime_pb2.Uint128) -> int:
@@ -46,7 +58,7 @@ class Arbiter:
     def __init__(self, device_id: int) -> None:
         self.device_id = device_id
         self._lock = threading.Lock()
-        self._roles: dict[str, list[Client]] = {}
+        self._roles: dict[str, list[Client]] = {"": []}  # every known role, live or not
 
     def _sorted(self, role: str) -> list[Client]:
         return self._roles.setdefault(role, [])
@@ -79,6 +91,16 @@ class Arbiter:
                 raise P4RTError(
                     grpc.StatusCode.FAILED_PRECONDITION,
                     "the role of a stream cannot change; open a new stream",
+                )
+            if len(role) > MAX_ROLE_NAME:
+                raise P4RTError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"role name of {len(role)} characters: at most {MAX_ROLE_NAME}",
+                )
+            if role not in self._roles and len(self._roles) > MAX_ROLES:
+                raise P4RTError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"too many roles: this switch remembers {MAX_ROLES} named roles",
                 )
             live = self._sorted(role)
             if any(c.election_id == election_id for c in live if c is not client):
@@ -121,14 +143,30 @@ class Arbiter:
             return live[0] if live else None
 
     def check_writer(self, role: str, election: int | None) -> None:
-        """PERMISSION_DENIED unless `election` (None if unset) is the primary's (PI: no
-        stream, no id -> ok)."""
+        """NOT_FOUND for a role the device does not know; PERMISSION_DENIED unless
+        `election` (None if unset) is the election id of the role's live primary."""
         with self._lock:
             live = self._roles.get(role)
+            if live is None:
+                raise P4RTError(
+                    grpc.StatusCode.NOT_FOUND,
+                    f"unknown role {_clip(role)!r}: no stream has arbitrated for it",
+                )
+            name = f"role {_clip(role)!r}" if role else "the default role"
             if not live:
-                if election is None:
-                    return
-                raise P4RTError(grpc.StatusCode.PERMISSION_DENIED, "not primary (no stream open)")
-            given = 0 if election is None else election  # unset reads as 0
-            if given != live[0].election_id:
-                raise P4RTError(grpc.StatusCode.PERMISSION_DENIED, "not primary")
+                raise P4RTError(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"not primary: no controller stream is open for {name}",
+                )
+            if election is None:
+                raise P4RTError(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    "not primary: the request has no election id",
+                )
+            if election != live[0].election_id:
+                raise P4RTError(grpc.StatusCode.PERMISSION_DENIED, f"not primary for {name}")
+
+
+def _clip(text: str, limit: int = 64) -> str:
+    """A client-chosen name as error messages quote it: at most `limit` characters."""
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -19,6 +19,17 @@ def encode(value: int) -> bytes:
     return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
 
 
+MAX_QUOTED_BYTES = 16  # of a value quoted in an error message
+
+
+def quote(data: bytes) -> str:
+    """`data` as hex for an error message; a long value shows its first bytes and length
+    (a 1 MB match value must not come back as 2 MB of hex)."""
+    if len(data) <= MAX_QUOTED_BYTES:
+        return f"0x{data.hex()}"
+    return f"0x{data[:MAX_QUOTED_BYTES].hex()}... ({len(data)} bytes)"
+
+
 def decode(data: bytes, bitwidth: int, what: str) -> int:
     """The int in `data`, checked to fit in `bitwidth` bits; `what` names it in errors."""
     if not data:
@@ -27,7 +38,7 @@ def decode(data: bytes, bitwidth: int, what: str) -> int:
     if value.bit_length() > bitwidth:
         raise P4RTError(
             grpc.StatusCode.INVALID_ARGUMENT,
-            f"{what}: value 0x{data.hex()} does not fit in {bitwidth} bits",
+            f"{what}: value {quote(data)} does not fit in {bitwidth} bits",
         )
     return value
 

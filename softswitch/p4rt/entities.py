@@ -315,4 +315,6 @@ def read_entity(b: Binding, entity: p4runtime_pb2.Entity) -> Iterator[bytes]:
         return _read_registers(b, entity.register_entry)
     if which == "packet_replication_engine_entry":
         raise P4RTError(UNIMPLEMENTED, "the hotagg pipeline uses no multicast groups or clones")
-    raise P4RTError(UNIMPLEMENTED, f"{which or 'empty entity'}: reading is not supported")
+    if which is None:  # spec, Read RPC: "the entity oneof field must always be set"
+        raise P4RTError(INVALID, "an empty Entity: set one of its entity fields")
+    raise P4RTError(UNIMPLEMENTED, f"{which}: reading is not supported")

@@ -8,6 +8,16 @@ payload)`; the data plane hands frames the pipeline sent to the CPU port to `pac
 Write and Read skip protobuf messages where it is slow (pure-Python protobuf 3.20): Write
 receives the request bytes and parses them with parse.py (protobuf only for what that parser
 does not cover); Read yields ReadResponse bytes that entities.py/wire.py wrote directly.
+
+Abuse limits. gRPC's Python server runs each RPC, a StreamChannel for its whole life, on one
+of `max_workers` threads, so open streams could leave none for Write/Read/Get (PI's C++
+server grows its pool instead). Hence at most `max_workers - RESERVED_WORKERS` streams are
+open at once, at most MAX_UNARBITRATED of them before their first MasterArbitrationUpdate,
+and a stream that sends none within `arbitration_timeout` seconds is closed with
+FAILED_PRECONDITION; the stream beyond a cap gets RESOURCE_EXHAUSTED at once (the spec's
+code for "the number of open streams exceeds the supported limit"). A request that does not
+parse is answered as gRPC itself answers it (INTERNAL "Exception deserializing request!")
+but logs one line, not gRPC's traceback.
 """
 
 from __future__ import annotations
@@ -16,8 +26,10 @@ import collections
 import errno
 import itertools
 import logging
+import queue
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
@@ -40,6 +52,11 @@ log = logging.getLogger(__name__)
 
 API_VERSION = "1.4.1"
 MAX_QUEUED_PACKET_INS = 1024  # per stream; more are dropped (and counted)
+RESERVED_WORKERS = 8  # server threads streams may never take (module docstring)
+MAX_UNARBITRATED = 8  # open streams that have not arbitrated yet
+ARBITRATION_TIMEOUT = 10.0  # seconds from opening a stream to its first arbitration
+MAX_LOGGED_UNDECODABLE = 20  # then one line per 1000
+UNDECODABLE = "Exception deserializing request!"  # what gRPC answers
 SetReq = p4runtime_pb2.SetForwardingPipelineConfigRequest
 GetReq = p4runtime_pb2.GetForwardingPipelineConfigRequest
 _CLOSED = object()
@@ -51,6 +68,27 @@ class ServerStartError(RuntimeError):
 
 class Dataplane(Protocol):
     def inject(self, ingress_port: int, frame: bytes) -> None: ...
+
+
+@dataclass
+class Undecodable:
+    """What the request deserializers return for bytes that do not parse."""
+
+    what: str
+    error: str
+
+
+def _decoder(message: Any) -> Callable[[bytes], Any]:
+    """`message.FromString`, returning Undecodable instead of raising (gRPC would log the
+    exception's traceback for every such request)."""
+
+    def decode(data: bytes) -> Any:
+        try:
+            return message.FromString(data)
+        except Exception as e:  # DecodeError, or anything else protobuf raises
+            return Undecodable(message.DESCRIPTOR.name, str(e) or type(e).__name__)
+
+    return decode
 
 
 class _Status(
@@ -72,6 +110,8 @@ def _rpc(method: Callable) -> Callable:
 
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
+            if isinstance(request, Undecodable):
+                raise self.undecodable(request, context.peer())
             return method(self, request, context)
         except P4RTError as e:
             context.abort(e.code, e.message)
@@ -88,6 +128,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         device_id: int,
         cpu_port: int,
         check_p4info: Callable[[p4info_pb2.P4Info], list[str]],
+        max_streams: int = 32 - RESERVED_WORKERS,
+        arbitration_timeout: float = ARBITRATION_TIMEOUT,
     ) -> None:
         self.pipeline = pipeline
         self.device_id = device_id
@@ -99,8 +141,22 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.config: _Config | None = None
         self.saved_uncommitted = False
         self.counts = collections.Counter()
+        self.max_streams = max_streams
+        self.arbitration_timeout = arbitration_timeout
+        self._streams: set[Client] = set()
+        self._streams_lock = threading.Lock()
 
     # ------------------------------------------------------------------ helpers
+    def undecodable(self, request: Undecodable, peer: str) -> P4RTError:
+        """The error for a request that does not parse (what gRPC answers); logs one line."""
+        self.counts["undecodable_requests"] += 1
+        n = self.counts["undecodable_requests"]
+        if n <= MAX_LOGGED_UNDECODABLE or n % 1000 == 0:
+            log.warning(
+                "undecodable %s from %s (%d so far): %s", request.what, peer, n, request.error
+            )
+        return P4RTError(grpc.StatusCode.INTERNAL, UNDECODABLE)
+
     def _check_device(self, device_id: int) -> None:
         if device_id != self.device_id:
             raise P4RTError(
@@ -140,6 +196,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         return _Config(config.p4info, config.p4_device_config, cookie, binding)
 
     # ------------------------------------------------------------------ unary RPCs
+    @_rpc
     def Capabilities(self, request: Any, context: grpc.ServicerContext) -> Any:
         return p4runtime_pb2.CapabilitiesResponse(p4runtime_api_version=API_VERSION)
 
@@ -210,38 +267,34 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                 except Exception as e:  # a bug must not abort the rest of the batch
                     log.exception("update failed unexpectedly")
                     results.append(P4RTError(grpc.StatusCode.INTERNAL, f"internal error: {e}"))
-        failed = [(i, e) for i, e in enumerate(results) if e is not None]
-        if not failed:
+        if all(e is None for e in results):
             return p4runtime_pb2.WriteResponse()
-        i, first = failed[0]
-        status = batch_status(results)
-        details = f"{status.message}; first: update {i}: {first.code.name}: {first.message}"
+        status = batch_status(results)  # within what clients accept (errors.py)
         context.abort_with_status(
             _Status(
                 grpc.StatusCode.UNKNOWN,
-                details,
+                status.message,
                 ((STATUS_DETAILS_KEY, status.SerializeToString()),),
             )
         )
 
-    @staticmethod
-    def _parse_write(request: bytes | p4runtime_pb2.WriteRequest, context: Any) -> WriteIn:
+    def _parse_write(self, request: bytes | p4runtime_pb2.WriteRequest, context: Any) -> WriteIn:
         if not isinstance(request, bytes):
             return write_in(request)
         try:
             return parse_write_request(request)
         except Fallback:
             pass
-        try:
-            message = p4runtime_pb2.WriteRequest.FromString(request)
-        except Exception:
-            # what gRPC answers when its own deserializer fails
-            context.abort(grpc.StatusCode.INTERNAL, "Exception deserializing request!")
+        message = _decoder(p4runtime_pb2.WriteRequest)(request)
+        if isinstance(message, Undecodable):
+            raise self.undecodable(message, context.peer())
         return write_in(message)
 
     def Read(self, request: p4runtime_pb2.ReadRequest, context: grpc.ServicerContext) -> Any:
         """Yields serialized ReadResponse messages (bytes), in bounded chunks."""
         try:
+            if isinstance(request, Undecodable):
+                raise self.undecodable(request, context.peer())
             self._check_device(request.device_id)
             binding = self._binding()
             with self.lock:  # a consistent snapshot; encoded and streamed after the lock
@@ -254,27 +307,67 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             context.abort(e.code, e.message)
 
     # ------------------------------------------------------------------ stream
+    def _open_stream(self, client: Client) -> None:
+        """Count a new stream in, or raise RESOURCE_EXHAUSTED (module docstring: caps)."""
+        with self._streams_lock:
+            waiting = sum(not c.registered for c in self._streams)
+            if len(self._streams) >= self.max_streams:
+                problem = f"too many open streams ({len(self._streams)})"
+            elif waiting >= MAX_UNARBITRATED:
+                problem = f"too many streams waiting for their arbitration ({waiting})"
+            else:
+                self._streams.add(client)
+                return
+        self.counts["streams_refused"] += 1
+        log.warning("StreamChannel refused: %s", problem)
+        raise P4RTError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{problem}: try again later")
+
     def StreamChannel(self, request_iterator: Iterator, context: grpc.ServicerContext) -> Any:
         client = Client(device_id=self.device_id)
+        try:
+            self._open_stream(client)
+        except P4RTError as e:
+            context.abort(e.code, e.message)
         context.add_callback(lambda: client.outbox.put(_CLOSED))
         reader = threading.Thread(
-            target=self._read_stream, args=(request_iterator, client), daemon=True
+            target=self._read_stream, args=(request_iterator, client, context.peer()), daemon=True
         )
         reader.start()
+        deadline = time.monotonic() + self.arbitration_timeout
         try:
             while True:
-                item = client.outbox.get()
+                try:  # until the stream has arbitrated, wait no longer than its deadline
+                    wait = None if client.registered else max(0.0, deadline - time.monotonic())
+                    item = client.outbox.get(timeout=wait)
+                except queue.Empty:
+                    if client.registered:
+                        continue
+                    self.counts["streams_timed_out"] += 1
+                    log.warning(
+                        "StreamChannel from %s closed: no arbitration within %g s",
+                        context.peer(),
+                        self.arbitration_timeout,
+                    )
+                    context.abort(
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        f"no MasterArbitrationUpdate within {self.arbitration_timeout:g} s "
+                        "of opening the stream: send one first",
+                    )
                 if item is _CLOSED:
                     return
                 if isinstance(item, P4RTError):
                     context.abort(item.code, item.message)
                 yield item
         finally:
+            with self._streams_lock:
+                self._streams.discard(client)
             self.arbiter.remove(client)
 
-    def _read_stream(self, requests: Iterator, client: Client) -> None:
+    def _read_stream(self, requests: Iterator, client: Client, peer: str) -> None:
         try:
             for req in requests:
+                if isinstance(req, Undecodable):
+                    raise self.undecodable(req, peer)
                 which = req.WhichOneof("update")
                 if which == "arbitration":
                     self._arbitrate(client, req.arbitration)
@@ -366,14 +459,14 @@ def _handlers(service: P4RuntimeService) -> grpc.GenericRpcHandler:
 
     def unary(method: Callable, request: Any, response: Any) -> grpc.RpcMethodHandler:
         return grpc.unary_unary_rpc_method_handler(
-            method, request.FromString, response.SerializeToString
+            method, _decoder(request), response.SerializeToString
         )
 
     handlers = {
         "Write": grpc.unary_unary_rpc_method_handler(
             service.Write, None, pb.WriteResponse.SerializeToString
         ),
-        "Read": grpc.unary_stream_rpc_method_handler(service.Read, pb.ReadRequest.FromString, None),
+        "Read": grpc.unary_stream_rpc_method_handler(service.Read, _decoder(pb.ReadRequest), None),
         "SetForwardingPipelineConfig": unary(
             service.SetForwardingPipelineConfig,
             pb.SetForwardingPipelineConfigRequest,
@@ -386,7 +479,7 @@ def _handlers(service: P4RuntimeService) -> grpc.GenericRpcHandler:
         ),
         "StreamChannel": grpc.stream_stream_rpc_method_handler(
             service.StreamChannel,
-            pb.StreamMessageRequest.FromString,
+            _decoder(pb.StreamMessageRequest),
             pb.StreamMessageResponse.SerializeToString,
         ),
         "Capabilities": unary(
@@ -436,11 +529,19 @@ class P4RuntimeServer:
         address: str = "127.0.0.1:0",
         check_p4info: Callable[[p4info_pb2.P4Info], list[str]] | None = None,
         max_workers: int = 32,
+        arbitration_timeout: float = ARBITRATION_TIMEOUT,
     ) -> None:
+        if max_workers <= RESERVED_WORKERS:
+            raise ValueError(f"max_workers must exceed {RESERVED_WORKERS}")
         self.address = address
         self.max_workers = max_workers
         self.service = P4RuntimeService(
-            pipeline, device_id, cpu_port, check_p4info or _default_checker()
+            pipeline,
+            device_id,
+            cpu_port,
+            check_p4info or _default_checker(),
+            max_streams=max_workers - RESERVED_WORKERS,
+            arbitration_timeout=arbitration_timeout,
         )
         self.port = 0
         self._server: grpc.Server | None = None
