@@ -364,6 +364,21 @@ def _moving_hot_sets(seed: int, n: int = 6) -> list[dict[int, int]]:
     return sets
 
 
+def _moving_relay(sw, sets: list[dict[int, int]], stagger: bool):
+    """A lossy, duplicating, reordering relay through `sw` whose hot set moves at every push."""
+    return lambda ups: Relay(
+        ups,
+        drop=0.04,
+        dup=0.08,
+        delay=0.003,
+        seed=9,
+        switch=sw,
+        hot_schedule=sets,
+        rotate_every=1,
+        stagger=stagger,
+    )
+
+
 def _check_cached_values(sw, wl, iterations: int) -> Counter:
     """Wrap `sw.process` to check the switch's cache against the true parameters: every
     value it puts in a PULL (a whole hit, or the hit entries of one it forwards), and, each
@@ -418,17 +433,7 @@ def test_keys_moving_every_push_on_every_entry_position_under_loss_are_exact(
     sets = _moving_hot_sets(seed=6)
     sw = make_switch(target, (0, 0, HOT_SLOTS), sets[0])
     served = _check_cached_values(sw, wl, 8)
-    relay = lambda ups: Relay(  # noqa: E731
-        ups,
-        drop=0.04,
-        dup=0.08,
-        delay=0.003,
-        seed=9,
-        switch=sw,
-        hot_schedule=sets,
-        rotate_every=1,
-        stagger=stagger,
-    )
+    relay = _moving_relay(sw, sets, stagger)
     params, summaries, _, r = run_job(wl, 3, 8, tmp_path, relay=relay, collect=True)
     seen = list(wl.seen)
     check_exact(wl, 3, 8, params, summaries)
@@ -539,17 +544,7 @@ def test_keys_moving_on_a_switch_process_under_loss_are_exact(target, tmp_path) 
             sut.reset()
             sw = VethSwitch(sut, JOB, HOT_SLOTS, sets[0])
             served = _check_cached_values(sw, wl, 6)
-            relay = lambda ups: Relay(  # noqa: E731
-                ups,
-                drop=0.04,
-                dup=0.08,
-                delay=0.003,
-                seed=9,
-                switch=sw,
-                hot_schedule=sets,
-                rotate_every=1,
-                stagger=True,
-            )
+            relay = _moving_relay(sw, sets, stagger=True)
             params, summaries, _, r = run_job(wl, 3, 6, tmp_path, relay=relay, collect=True)
             stats = sw.stats
         finally:
