@@ -211,17 +211,27 @@ class PipelineSwitch:
 
     CLIENT, PS = ("10.0.0.1", 1, 40000), ("10.0.0.2", 2, HOTAGG_PORT)
 
-    def __init__(self, job_id: int, job: tuple[int, int, int], hot: dict[int, int]) -> None:
+    def __init__(
+        self,
+        job_id: int,
+        job: tuple[int, int, int] | None,
+        hot: dict[int, int],
+        pipeline=None,
+    ) -> None:
+        """`pipeline`: an existing one (e.g. a P4Runtime server's, whose controller adds the
+        job and the hot keys: then `job` is None)."""
         from softswitch.pipeline import Pipeline
 
-        self.p = Pipeline(seed=1)
+        self.p = pipeline if pipeline is not None else Pipeline(seed=1)
         self.job_id, self.lock = job_id, threading.Lock()
         self.hot_at: list[dict[int, int]] = [{} for _ in range(MAX_ENTRIES)]
         for ip, port, _ in (self.CLIENT, self.PS):
             addr = int.from_bytes(bytes(int(x) for x in ip.split(".")), "big")
             self.p.tables[P + "ipv4_lpm"].insert(((addr, 32),), P + "ipv4_forward", (port, port))
-        self.p.tables[P + "jobs"].insert((job_id,), P + "set_job", job)
-        self.set_hot(hot)
+        if job is not None:
+            self.p.tables[P + "jobs"].insert((job_id,), P + "set_job", job)
+        if hot:
+            self.set_hot(hot)
 
     @property
     def stats(self) -> Counter:
