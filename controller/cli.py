@@ -120,6 +120,37 @@ def fraction(text: str) -> float:
     return value
 
 
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadInput(f"{text!r} is not a number") from None
+    if math.isnan(value) or math.isinf(value):
+        raise BadInput(f"{text!r} is not a finite number")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    value = _number(text)
+    if value < 0:
+        raise BadInput(f"{text} is negative")
+    return value
+
+
+def seconds(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise BadInput(f"--interval {text}: must be > 0 seconds")
+    return value
+
+
+def decay(text: str) -> float:
+    value = _number(text)
+    if not 0.0 <= value < 1.0:
+        raise BadInput(f"--decay {text}: must be in [0, 1)")
+    return value
+
+
 def election_id(text: str) -> tuple[int, int]:
     """'LO' or 'HI,LO' as p4runtime-shell takes it; 128 bits, never 0."""
     parts = text.split(",")
@@ -240,6 +271,60 @@ def build_parser() -> argparse.ArgumentParser:
         ls.add_argument("--job-id", type=job_id, metavar="ID")
         ls.add_argument("--keys", type=key_list, help="only these keys")
         ls.set_defaults(func=commands.hotkeys_list)
+    au = hk.add_parser(
+        "auto",
+        help="follow the skew: re-select the hot set every interval (controller/online.py)",
+        description="Every --interval seconds: read the hot keys' hit counters (and the PS's "
+        "frequency files, --freq), estimate each key's update rate with decay, and change "
+        "at most --max-changes keys, a candidate replacing the weakest member only if its "
+        "rate is higher by the --hysteresis margin. Prints one line per step.",
+    )
+    au.add_argument("--job-id", type=job_id, required=True, metavar="ID")
+    au.add_argument("--budget", type=nonnegative, metavar="B", help="hot keys (default: slots)")
+    au.add_argument("--interval", type=seconds, default=1.0, metavar="S", help="seconds (1)")
+    au.add_argument(
+        "--decay",
+        type=decay,
+        default=0.5,
+        metavar="D",
+        help="weight of the past rate per step, in [0, 1) (default 0.5)",
+    )
+    au.add_argument(
+        "--hysteresis",
+        type=nonnegative_float,
+        default=0.2,
+        metavar="H",
+        help="a candidate must beat the weakest member's rate by this fraction (0.2)",
+    )
+    au.add_argument(
+        "--max-changes", type=nonnegative, default=16, metavar="M", help="keys entering per step"
+    )
+    au.add_argument(
+        "--min-rate",
+        type=nonnegative_float,
+        default=1.0,
+        metavar="R",
+        help="updates per iteration (per step without --freq) a key needs to enter (1)",
+    )
+    au.add_argument(
+        "--freq",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a PS shard's frequency file, rewritten while it runs (hosts.ps --freq-every); "
+        "repeat per shard. Without it only hot keys are measured",
+    )
+    au.add_argument(
+        "--hits-weight",
+        type=nonnegative_float,
+        default=0.5,
+        metavar="W",
+        help="updates per hot-key table hit (a hot key's pull and push both hit: 0.5)",
+    )
+    au.add_argument("--steps", type=positive, metavar="N", help="stop after N steps")
+    au.add_argument("--log", type=Path, metavar="FILE", help="also append each step's line here")
+    au.set_defaults(func=commands.hotkeys_auto)
     ev = hk.add_parser("evict", help="remove keys from all instances")
     ev.add_argument("--job-id", type=job_id, required=True, metavar="ID")
     ev.add_argument("--keys", type=key_list, required=True)

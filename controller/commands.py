@@ -17,6 +17,16 @@ from controller.forwarding import Forwarding, compute_routes, load_routes_topolo
 from controller.hot_keys import HotKeys
 from controller.hotset import choose, combine, load_stats
 from controller.jobs import Jobs
+from controller.online import (
+    CombinedSource,
+    Hysteresis,
+    OnlineController,
+    PSFrequencySource,
+    RateEstimator,
+    RateSource,
+    SwitchHitsSource,
+    SwitchTarget,
+)
 from controller.p4info import P4Info
 from controller.stats import Stats
 
@@ -242,6 +252,46 @@ def _instances(offsets: list[int | None], offset: int) -> str:
     if len(good) == len(offsets):
         return f"{len(good)}/{len(offsets)}"
     return f"{len(good)}/{len(offsets)} partial: " + ",".join(map(str, good))
+
+
+def hotkeys_auto(s: Session) -> Output:
+    a = s.args
+    p4 = s.p4info()
+    job = Jobs(s.client, p4).get(a.job_id)
+    hot = HotKeys(s.client, p4)
+    budget = job.slot_count if a.budget is None else a.budget
+    if budget > job.slot_count:
+        raise BadInput(f"--budget {budget}: job {job.job_id} has only {job.slot_count} slots")
+    sources: list[RateSource] = [SwitchHitsSource(hot, job.job_id, a.hits_weight)]
+    if a.freq:
+        sources.append(PSFrequencySource(a.freq))
+    log_file = open(a.log, "a") if a.log else None  # noqa: SIM115 (closed below)
+
+    def log(line: str) -> None:
+        if not a.json:
+            print(line, flush=True)
+        if log_file is not None:
+            log_file.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} job {job.job_id} {line}\n")
+            log_file.flush()
+
+    loop = OnlineController(
+        SwitchTarget(hot, job),
+        CombinedSource(sources),
+        RateEstimator(a.decay),
+        Hysteresis(budget, a.hysteresis, a.max_changes, a.min_rate),
+        log,
+    )
+    try:
+        loop.run(a.interval, a.steps)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C ends the loop; the summary below still goes out
+    finally:
+        if log_file is not None:
+            log_file.close()
+    added = sum(len(r.added) for r in loop.history)
+    removed = sum(len(r.removed) for r in loop.history)
+    data = {"job_id": job.job_id, "budget": budget, "steps": [r.as_dict() for r in loop.history]}
+    return data, f"job {job.job_id}: {len(loop.history)} steps, +{added} -{removed} keys"
 
 
 def hotkeys_evict(s: Session) -> Output:

@@ -137,6 +137,7 @@ class PSConfig:
     deadline: float | None = None
     log_path: str | None = None
     freq_path: str | None = None
+    freq_every: int = 0  # also rewrite freq_path every this many iterations (0: only at exit)
     params_path: str | None = None
     summary_path: str | None = None
     # key -> slot offset (or None) of the keys the controller made hot: written back before
@@ -153,6 +154,8 @@ class PSConfig:
         if self.collect and (self.switch is None or not 1 <= self.hot_slots <= NUM_SLOTS):
             raise AgentError(f"collect needs --switch and --hot-slots 1..{NUM_SLOTS}")
         retries_bad = self.collect_retries is not None and self.collect_retries < 0
+        if self.freq_every < 0 or (self.freq_every and not self.freq_path):
+            raise AgentError("--freq-every needs --freq and must be >= 0")
         if self.rto <= 0 or self.rto_max < self.rto or retries_bad:
             raise AgentError("0 < rto <= rto_max and collect_retries >= 0 are required")
 
@@ -583,6 +586,9 @@ class ParameterServer:
             m = Message(Op.DONE, 0, self.cfg.job_id, w, self.cfg.shard, self.cur, 0)
             self._row(arrival, start, now, "DONE", m, "barrier", self._addr[w])
         self.it = IterationState(it.number + 1)
+        every = self.cfg.freq_every
+        if every and it.number % every == 0:  # after the DONE_ACKs: off the barrier's path
+            self._write_frequency()
         if self.cfg.iterations is not None and self.cur > self.cfg.iterations:
             self.finished = True
             self._cpu.append(cpu_usage())
@@ -613,18 +619,24 @@ class ParameterServer:
             "params_sha256": params_sha256(self.params),
         }
 
+    def _write_frequency(self) -> None:
+        """The frequency file of iterations < cur (read while running by the controller's
+        online loop, controller/online.py: hence written whole, then renamed)."""
+        cfg = self.cfg
+        meta = {
+            "job": cfg.job_id,
+            "shard": f"{cfg.shard}/{cfg.n_shards}",
+            "workers": cfg.n_workers,
+            "iterations": self.cur - 1,
+        }
+        write_frequency(cfg.freq_path, self.cold_count, self.collected_count, meta)
+
     def _write_outputs(self) -> None:
         cfg = self.cfg
         if cfg.params_path:
             save_params(cfg.params_path, self.params)
         if cfg.freq_path:
-            meta = {
-                "job": cfg.job_id,
-                "shard": f"{cfg.shard}/{cfg.n_shards}",
-                "workers": cfg.n_workers,
-                "iterations": self.cur - 1,
-            }
-            write_frequency(cfg.freq_path, self.cold_count, self.collected_count, meta)
+            self._write_frequency()
         if cfg.summary_path:
             write_json(cfg.summary_path, self.summary())
 
@@ -669,6 +681,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log", help="request log CSV")
     p.add_argument("--freq", help="key frequency statistics file")
+    p.add_argument(
+        "--freq-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="rewrite --freq every N iterations while running, for the controller's online "
+        "loop (`hotagg-ctl hotkeys auto --freq`; default 0: only at exit)",
+    )
     p.add_argument("--params", help="final parameters .npy")
     p.add_argument("--summary", help="summary JSON")
     return p
@@ -707,6 +727,7 @@ def main(argv: list[str] | None = None) -> int:
             deadline=args.deadline or None,
             log_path=args.log,
             freq_path=args.freq,
+            freq_every=args.freq_every,
             params_path=args.params,
             summary_path=args.summary,
         )

@@ -1,6 +1,7 @@
 """Files the agents write: request logs, the key frequency file, parameters and summaries.
 
-Frequency file (one per PS shard, written at the end of a run), e.g.::
+Frequency file (one per PS shard, written at the end of a run, and with the PS's
+`--freq-every N` also every N iterations while it runs, replaced whole), e.g.::
 
     # hotagg-freq v1 job=1 shard=0/2 workers=4 iterations=20 keys=3 updates=146 cold=141 collected=5
     key,updates,cold,collected
@@ -99,10 +100,13 @@ def write_frequency(
         "collected": int(collected.sum()),
     }
     head = " ".join(f"{k}={v}" for k, v in {**meta, **totals}.items())
-    with open(path, "w") as f:
+    # written whole, then renamed: a reader (the controller's online loop) never sees half
+    tmp = Path(f"{path}.tmp")
+    with open(tmp, "w") as f:
         f.write(f"{FREQ_MAGIC} {head}\n{','.join(FREQ_COLUMNS)}\n")
         table = np.stack([keys, updates[keys], cold[keys], collected[keys]], axis=1)
         np.savetxt(f, table, fmt="%d", delimiter=",")
+    tmp.replace(path)
 
 
 def read_frequency(path: str | Path) -> Frequency:

@@ -16,6 +16,17 @@ value column (or with an empty value) the value is drawn from the seeded stream 
 (worker, iteration), in row order. A first row whose first field is not a number is a header;
 blank lines and lines starting with '#' are skipped. Rows of one (worker, iteration) that
 repeat a key are summed.
+
+Drift (`--drift every=K,fraction=F[,head=H]`, zipf and lr): the popularity ranks keep their
+Zipf probabilities, but which key holds a rank moves. Iterations 1..K are epoch 0 (the
+undrifted stream); at the start of each later epoch, F*H (rounded) of the H head ranks swap
+their key with a key of the tail, round robin over the head in a seeded order, so each head
+key stays about K/F iterations and the head of epoch e+1 shares a fraction 1-F of the head
+of epoch e. The tail key promoted is drawn by a seeded bijection of the tail, and the head
+key it displaces takes its tail rank, so every epoch's rank -> key map is a permutation (see
+`Drift`). The map is a function of (seed, epoch) alone, computed in closed form (no history
+is replayed), so every worker and a reference run agree at any iteration. `fraction=0`, or
+no `--drift`, is today's stream byte for byte. lr drifts the value ranks of every field.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ import csv
 import math
 from abc import ABC, abstractmethod
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -34,7 +46,8 @@ from contract.codec import saturate_int32
 from contract.constants import INT32_MAX, INT32_MIN, VALUE_SCALE, to_fixed
 
 # Stream ids keep the seeded generators of different purposes independent.
-_KEYS, _VALUES, _TRUTH, _EXAMPLES, _MAPPING = 1, 2, 3, 4, 5
+_KEYS, _VALUES, _TRUTH, _EXAMPLES, _MAPPING, _DRIFT = 1, 2, 3, 4, 5, 6
+DEFAULT_DRIFT_HEAD = 256  # the hot-set budget of `make run` (HOT_SLOTS)
 
 
 class WorkloadError(ValueError):
@@ -66,6 +79,118 @@ def _fixed(real: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(real * VALUE_SCALE), INT32_MIN, INT32_MAX).astype(np.int32)
 
 
+@dataclass(frozen=True)
+class DriftSpec:
+    """How the popular head moves: every `every` iterations a `fraction` of the `head` most
+    popular ranks get a key from the tail (module doc). Text form: `every=K,fraction=F[,head=H]`."""
+
+    every: int
+    fraction: float
+    head: int = DEFAULT_DRIFT_HEAD
+
+    def __post_init__(self) -> None:
+        if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
+            raise WorkloadError(f"drift: every={self.every!r} must be an integer >= 1")
+        if not (isinstance(self.fraction, (int, float)) and 0.0 <= self.fraction <= 1.0):
+            raise WorkloadError(f"drift: fraction={self.fraction!r} must be in [0, 1]")
+        if isinstance(self.head, bool) or not isinstance(self.head, int) or self.head < 1:
+            raise WorkloadError(f"drift: head={self.head!r} must be an integer >= 1")
+
+    @classmethod
+    def parse(cls, text: str | None) -> DriftSpec | None:
+        """`every=K,fraction=F[,head=H]`; None, '' or 'none' mean no drift."""
+        if text is None or text.strip().lower() in ("", "none"):
+            return None
+        fields: dict[str, str] = {}
+        for part in text.split(","):
+            name, eq, value = part.partition("=")
+            name = name.strip().lower()
+            if not eq or not value.strip():
+                raise WorkloadError(
+                    f"drift {text!r}: expected every=K,fraction=F[,head=H], got {part!r}"
+                )
+            if name not in ("every", "fraction", "head"):
+                raise WorkloadError(
+                    f"drift {text!r}: unknown field {name!r} (every, fraction, head)"
+                )
+            if name in fields:
+                raise WorkloadError(f"drift {text!r}: {name} given twice")
+            fields[name] = value.strip()
+        missing = [f for f in ("every", "fraction") if f not in fields]
+        if missing:
+            raise WorkloadError(f"drift {text!r}: {' and '.join(missing)} missing")
+        try:
+            every, head = int(fields["every"]), int(fields.get("head", DEFAULT_DRIFT_HEAD))
+            fraction = float(fields["fraction"])
+        except ValueError as exc:
+            raise WorkloadError(f"drift {text!r}: {exc}") from None
+        if math.isnan(fraction):
+            raise WorkloadError(f"drift {text!r}: fraction must be in [0, 1]")
+        return cls(every, fraction, head)
+
+    def __str__(self) -> str:
+        return f"every={self.every},fraction={self.fraction:g},head={self.head}"
+
+
+class Drift:
+    """The rank permutation of each epoch for ranks 0..n-1 (module doc).
+
+    Events j = 0, 1, 2 ... happen in order, m = round(fraction * head) per epoch (event j at
+    the start of epoch j // m + 1); event j swaps the key at head rank P(j) = order[j mod
+    head] with the key at tail rank R(j) = head + tail_map(j mod tail). After E events, the
+    key at a rank is the original key of the rank it traces back to: a head rank's latest
+    event j < E brought it what tail rank R(j) held just before j, and a tail rank's latest
+    event brought it what head rank P(j) held just before j. Each step back lowers j by at
+    least head or tail ranks, so a lookup costs about 2E/n steps, vectorised over the draws."""
+
+    def __init__(self, spec: DriftSpec, n: int, seed: int) -> None:
+        if spec.head >= n:
+            raise WorkloadError(
+                f"drift: head={spec.head} must be smaller than the {n} ranks it drifts over"
+            )
+        self.spec, self.n, self.head, self.tail = spec, n, spec.head, n - spec.head
+        self.per_epoch = round(spec.fraction * spec.head)
+        rng = _rng(seed, _DRIFT)
+        self._order = rng.permutation(self.head).astype(np.int64)  # head rank of event j % head
+        self._order_inv = np.argsort(self._order).astype(np.int64)
+        self._a = 1
+        while self.tail > 1:
+            self._a = int(rng.integers(1, self.tail))
+            if math.gcd(self._a, self.tail) == 1:
+                break
+        self._b = int(rng.integers(0, self.tail))
+        self._a_inv = pow(self._a, -1, self.tail) if self.tail > 1 else 0
+
+    def events(self, iteration: int) -> int:
+        """Swaps done by the start of `iteration` (epoch (iteration - 1) // every)."""
+        return max(0, (iteration - 1) // self.spec.every) * self.per_epoch
+
+    def ranks(self, ranks: np.ndarray, iteration: int) -> np.ndarray:
+        """The original rank whose key sits at each of `ranks` in `iteration`."""
+        shape = np.shape(ranks)
+        r = np.asarray(ranks, dtype=np.int64).ravel().copy()
+        e = np.full(r.shape, self.events(iteration), dtype=np.int64)
+        h, tl = self.head, self.tail
+        todo = np.flatnonzero(e > 0)
+        while todo.size:
+            rr, ee = r[todo], e[todo]
+            in_head = rr < h
+            # the position of the rank in its own event sequence (period head or tail)
+            pos = np.where(
+                in_head,
+                self._order_inv[np.where(in_head, rr, 0)],
+                (self._a_inv * (rr - h - self._b)) % tl,
+            )
+            period = np.where(in_head, h, tl)
+            moved = ee > pos
+            j = pos + period * ((ee - 1 - pos) // period)  # its latest event before ee
+            src = np.where(in_head, h + (self._a * (j % tl) + self._b) % tl, self._order[j % h])
+            r[todo] = np.where(moved, src, rr)
+            e[todo] = np.where(moved, j, 0)
+            todo = todo[moved]
+        return r.reshape(shape)
+
+
 class Workload(ABC):
     key_space: int
 
@@ -82,7 +207,8 @@ class Workload(ABC):
 class ZipfWorkload(Workload):
     """Each worker draws `keys_per_iter` keys per iteration from Zipf(skew) over the key space
     (duplicates merged) and pushes a uniform random value in +-value_range for each. Rank r is
-    mapped to key (a*r + b) mod key_space, a seeded bijection, so hot keys spread over shards."""
+    mapped to key (a*r + b) mod key_space, a seeded bijection, so hot keys spread over shards.
+    With `drift`, the ranks are permuted per epoch first (module doc)."""
 
     def __init__(
         self,
@@ -91,6 +217,7 @@ class ZipfWorkload(Workload):
         keys_per_iter: int = 64,
         seed: int = 1,
         value_range: float = 0.01,
+        drift: DriftSpec | None = None,
     ) -> None:
         if keys_per_iter <= 0:
             raise WorkloadError(f"keys per iteration must be > 0, got {keys_per_iter}")
@@ -105,19 +232,27 @@ class ZipfWorkload(Workload):
             if math.gcd(self._a, key_space) == 1:
                 break
         self._b = int(rng.integers(0, key_space))
+        self.drift = drift
+        self._drift = Drift(drift, key_space, seed) if drift and drift.fraction else None
 
     def rank_to_key(self, ranks: np.ndarray) -> np.ndarray:
         ranks = np.asarray(ranks, dtype=np.uint64)
         return (ranks * np.uint64(self._a) + np.uint64(self._b)) % np.uint64(self.key_space)
 
-    def hottest(self, n: int) -> np.ndarray:
-        """The n most likely keys, hottest first (what a frequency-based controller finds)."""
-        return self.rank_to_key(np.arange(min(n, self.key_space)))
+    def _keys_at(self, ranks: np.ndarray, iteration: int) -> np.ndarray:
+        if self._drift is not None:
+            ranks = self._drift.ranks(ranks, iteration)
+        return self.rank_to_key(ranks)
+
+    def hottest(self, n: int, iteration: int = 1) -> np.ndarray:
+        """The n most likely keys in `iteration`, hottest first (what a frequency-based
+        controller finds; the oracle's choice under drift)."""
+        return self._keys_at(np.arange(min(n, self.key_space)), iteration)
 
     def pull_keys(self, worker: int, iteration: int) -> np.ndarray:
         u = _rng(self.seed, _KEYS, worker, iteration).random(self.keys_per_iter)
         ranks = np.minimum(np.searchsorted(self._cdf, u, side="right"), self.key_space - 1)
-        return np.unique(self.rank_to_key(ranks))
+        return np.unique(self._keys_at(ranks, iteration))
 
     def step(self, worker: int, iteration: int, keys: np.ndarray, pulled: np.ndarray) -> Step:
         rng = _rng(self.seed, _VALUES, worker, iteration)
@@ -132,6 +267,7 @@ class ZipfWorkload(Workload):
             "keys_per_iter": self.keys_per_iter,
             "seed": self.seed,
             "value_range": self.value_range,
+            **_drift_field(self.drift),
         }
 
 
@@ -233,6 +369,8 @@ class LogisticWorkload(Workload):
     Labels come from a hidden true model. Each worker takes a minibatch of `batch` examples per
     iteration from its own stream, pulls the keys in it, and pushes lr * gradient, computed from
     the pulled (fixed-point) weights; `loss` is the minibatch log loss before the update.
+    With `drift`, the value ranks of every field are permuted per epoch (module doc): which
+    feature values are popular moves, the hidden model stays.
     """
 
     def __init__(
@@ -244,6 +382,7 @@ class LogisticWorkload(Workload):
         batch: int = 64,
         lr: float = 0.5,
         seed: int = 1,
+        drift: DriftSpec | None = None,
     ) -> None:
         if min(fields, cardinality, batch) <= 0 or lr <= 0:
             raise WorkloadError("fields, cardinality, batch and lr must be > 0")
@@ -258,6 +397,8 @@ class LogisticWorkload(Workload):
         ids = (np.uint64(seed & 0xFFFFFFFF) << np.uint64(40)) | (f << np.uint64(24)) | v
         self._feature_key = _mix64(ids) % np.uint64(key_space)  # (fields + 1, cardinality)
         self._cache: tuple[tuple[int, int], np.ndarray, np.ndarray] | None = None
+        self.drift = drift
+        self._drift = Drift(drift, cardinality, seed) if drift and drift.fraction else None
 
     def _examples(self, worker: int, iteration: int) -> tuple[np.ndarray, np.ndarray]:
         cached = self._cache  # one read: worker threads may share this object
@@ -266,6 +407,8 @@ class LogisticWorkload(Workload):
         rng = _rng(self.seed, _EXAMPLES, worker, iteration)
         ranks = np.searchsorted(self._cdf, rng.random((self.batch, self.fields)), side="right")
         ranks = np.minimum(ranks, self.cardinality - 1)
+        if self._drift is not None:
+            ranks = self._drift.ranks(ranks, iteration)
         logit = self._truth[np.arange(self.fields), ranks].sum(axis=1) - 1.0
         labels = (rng.random(self.batch) < 1.0 / (1.0 + np.exp(-logit))).astype(np.float64)
         keys = np.empty((self.batch, self.fields + 1), dtype=np.uint64)
@@ -300,7 +443,13 @@ class LogisticWorkload(Workload):
             "batch": self.batch,
             "lr": self.lr,
             "seed": self.seed,
+            **_drift_field(self.drift),
         }
+
+
+def _drift_field(drift: DriftSpec | None) -> dict:
+    """describe()'s drift entry, absent without drift (so undrifted summaries are unchanged)."""
+    return {"drift": str(drift)} if drift else {}
 
 
 class Reference(NamedTuple):
@@ -360,6 +509,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--batch", type=int, default=64, help="lr: examples per worker/iter")
     g.add_argument("--lr", type=float, default=0.5, help="lr: learning rate")
     g.add_argument(
+        "--drift",
+        metavar="every=K,fraction=F[,head=H]",
+        help="zipf, lr: every K iterations a fraction F of the H most popular ranks (default "
+        f"{DEFAULT_DRIFT_HEAD}) take keys from the tail (default: none)",
+    )
+    g.add_argument(
         "--stream-offset",
         type=int,
         default=0,
@@ -375,12 +530,17 @@ def from_args(args: argparse.Namespace) -> Workload:
 
 
 def _from_args(args: argparse.Namespace) -> Workload:
+    drift = DriftSpec.parse(getattr(args, "drift", None))
     if args.workload == "zipf":
-        return ZipfWorkload(args.keys, args.skew, args.keys_per_iter, args.seed, args.value_range)
+        return ZipfWorkload(
+            args.keys, args.skew, args.keys_per_iter, args.seed, args.value_range, drift
+        )
     if args.workload == "trace":
         if not args.trace:
             raise WorkloadError("--workload trace needs --trace FILE")
+        if drift is not None:
+            raise WorkloadError("--drift goes with zipf or lr, not a trace (it replays as is)")
         return TraceWorkload.from_csv(args.trace, args.keys, args.seed, args.value_range)
     return LogisticWorkload(
-        args.keys, args.fields, args.cardinality, args.skew, args.batch, args.lr, args.seed
+        args.keys, args.fields, args.cardinality, args.skew, args.batch, args.lr, args.seed, drift
     )

@@ -43,19 +43,27 @@ class FakeSwitch:
 
     def __init__(self, jobs: dict[int, tuple[int, int, int]], hot: dict[int, int]) -> None:
         self.jobs = jobs  # job_id -> (job_index, slot_base, slot_count)
-        self.hot = dict(hot)  # key -> offset (for every job; tests use one job)
+        # per entry position (lookup instance): key -> offset (every job; tests use one job)
+        self.hot_at = [dict(hot) for _ in range(MAX_ENTRIES)]
         self.stats: Counter[Stat] = Counter()
         self.dedup: dict[int, tuple[int, int]] = {}
         self.agg: dict[int, list[int]] = {}  # a -> [iteration, key, value]
         self.cache: dict[int, list[int]] = {}  # slot -> [iteration, key, value]
         self.lock = threading.Lock()
 
-    def set_hot(self, hot: dict[int, int]) -> None:
-        with self.lock:
-            self.hot = dict(hot)
+    @property
+    def hot(self) -> dict[int, int]:
+        return self.hot_at[0]
 
-    def _slot(self, job: tuple[int, int, int], key: int) -> int | None:
-        off = self.hot.get(key)
+    def set_hot(self, hot: dict[int, int], instances: range = range(MAX_ENTRIES)) -> None:
+        """The controller's write: `hot` into the given lookup instances (all: a whole
+        update; one: the state half way through a controller's 8 writes)."""
+        with self.lock:
+            for i in instances:
+                self.hot_at[i] = dict(hot)
+
+    def _slot(self, job: tuple[int, int, int], key: int, i: int) -> int | None:
+        off = self.hot_at[i].get(key)
         if off is None:
             return None
         if off >= job[2] or job[1] + off >= NUM_SLOTS:
@@ -102,7 +110,7 @@ class FakeSwitch:
                 return "drop", data
             else:
                 for i, (k, v) in enumerate(zip(keys, values)):
-                    slot = self._slot(job, k)
+                    slot = self._slot(job, k, i)
                     if slot is None:
                         continue
                     a = (m.iteration & 1) * NUM_SLOTS + slot
@@ -130,7 +138,7 @@ class FakeSwitch:
         if m.op == Op.PULL:
             self.stats[Stat.PULL] += 1
             for i, k in enumerate(keys):
-                slot = self._slot(job, k)
+                slot = self._slot(job, k, i)
                 c = self.cache.get(slot) if slot is not None else None
                 if c is not None and c[0] == m.iteration and c[1] == k:
                     values[i] = c[2]
@@ -169,12 +177,17 @@ class FakeSwitch:
             return "reply", out
         self.stats[Stat.WRITEBACK] += 1  # Op.WRITEBACK
         for i, (k, v) in enumerate(zip(keys, values)):
-            slot = self._slot(job, k)
+            slot = self._slot(job, k, i)
             if slot is not None:
                 self.cache[slot] = [m.iteration, k, v]
                 mask |= 1 << i
                 self.stats[Stat.CACHE_WRITE] += 1
         return "reply", self._out(m, Op.WRITEBACK_ACK, keys, values, mask, FLAG_FROM_SWITCH)
+
+    def cache_entries(self) -> dict[int, tuple[int, int, int]]:
+        """slot -> (iteration tag, key, value) of every tagged cache entry."""
+        with self.lock:
+            return {slot: (c[0], c[1], c[2]) for slot, c in self.cache.items() if c[0]}
 
     @staticmethod
     def _out(m, op, keys, values, mask, flags, cached: int = 0) -> bytes:
@@ -198,32 +211,58 @@ class PipelineSwitch:
 
     CLIENT, PS = ("10.0.0.1", 1, 40000), ("10.0.0.2", 2, HOTAGG_PORT)
 
-    def __init__(self, job_id: int, job: tuple[int, int, int], hot: dict[int, int]) -> None:
+    def __init__(
+        self,
+        job_id: int,
+        job: tuple[int, int, int] | None,
+        hot: dict[int, int],
+        pipeline=None,
+    ) -> None:
+        """`pipeline`: an existing one (e.g. a P4Runtime server's, whose controller adds the
+        job and the hot keys: then `job` is None)."""
         from softswitch.pipeline import Pipeline
 
-        self.p = Pipeline(seed=1)
-        self.job_id, self.hot, self.lock = job_id, {}, threading.Lock()
+        self.p = pipeline if pipeline is not None else Pipeline(seed=1)
+        self.job_id, self.lock = job_id, threading.Lock()
+        self.hot_at: list[dict[int, int]] = [{} for _ in range(MAX_ENTRIES)]
         for ip, port, _ in (self.CLIENT, self.PS):
             addr = int.from_bytes(bytes(int(x) for x in ip.split(".")), "big")
             self.p.tables[P + "ipv4_lpm"].insert(((addr, 32),), P + "ipv4_forward", (port, port))
-        self.p.tables[P + "jobs"].insert((job_id,), P + "set_job", job)
-        self.set_hot(hot)
+        if job is not None:
+            self.p.tables[P + "jobs"].insert((job_id,), P + "set_job", job)
+        if hot:
+            self.set_hot(hot)
 
     @property
     def stats(self) -> Counter:
         return Counter({Stat(i): n for i, n in enumerate(self.p.stats_packets) if n})
 
-    def set_hot(self, hot: dict[int, int]) -> None:
-        """What the controller does: every hot key into all 8 lookup instances."""
+    @property
+    def hot(self) -> dict[int, int]:
+        return self.hot_at[0]
+
+    def set_hot(self, hot: dict[int, int], instances: range = range(MAX_ENTRIES)) -> None:
+        """What the controller does: every hot key into the lookup instances (all 8, or
+        some: the state half way through the controller's writes)."""
         with self.lock:
-            for i in range(MAX_ENTRIES):
-                t = self.p.tables[hot_keys_table(i)]
-                for k in set(self.hot) - set(hot):
+            for i in instances:
+                t, old = self.p.tables[hot_keys_table(i)], self.hot_at[i]
+                for k in set(old) - set(hot):
                     t.delete((self.job_id, k))
                 for k, off in hot.items():
-                    write = t.modify if k in self.hot else t.insert
+                    write = t.modify if k in old else t.insert
                     write((self.job_id, k), set_slot_action(i), (off,))
-            self.hot = dict(hot)
+                self.hot_at[i] = dict(hot)
+
+    def cache_entries(self) -> dict[int, tuple[int, int, int]]:
+        """slot -> (iteration tag, key, value) of every tagged cache entry (the registers)."""
+        p = self.p
+        with self.lock:
+            return {
+                slot: (tag, p.cache_key[slot], p.cache_value[slot])
+                for slot, tag in enumerate(p.cache_iter)
+                if tag
+            }
 
     def process(self, data: bytes, from_client: bool = True) -> tuple[str, bytes]:
         (sip, port, sport), (dip, _, dport) = (
@@ -265,12 +304,17 @@ class Relay(threading.Thread):
         switch: FakeSwitch | PipelineSwitch | None = None,
         hot_schedule: list[dict[int, int]] | None = None,
         rotate_every: int = 0,
+        stagger: bool = False,
     ) -> None:
         super().__init__(daemon=True)
         self.upstreams, self.switch = upstreams, switch
         self.drop, self.dup, self.delay = drop, dup, delay
         self.rng = random.Random(seed)
         self.hot_schedule, self.rotate_every, self.rotations = hot_schedule or [], rotate_every, 0
+        # stagger: each rotation rewrites one lookup instance only (the next in turn), so the
+        # entry positions of a packet see different hot sets, as while a controller writes
+        self.stagger = stagger
+        self.applied_at: Counter[int] = Counter()  # entry position -> PUSH entries summed
         self.counters: Counter[str] = Counter()
         self.sel = selectors.DefaultSelector()
         self.listen = []
@@ -315,8 +359,18 @@ class Relay(threading.Thread):
             self.counters["pushes"] += 1
             if self.counters["pushes"] % self.rotate_every == 0:
                 self.rotations += 1
-                self.switch.set_hot(self.hot_schedule[self.rotations % len(self.hot_schedule)])
-        return self.switch.process(data, from_client)
+                if self.stagger:
+                    n = self.rotations
+                    hot = self.hot_schedule[(n // MAX_ENTRIES) % len(self.hot_schedule)]
+                    self.switch.set_hot(hot, range(n % MAX_ENTRIES, n % MAX_ENTRIES + 1))
+                else:
+                    self.switch.set_hot(self.hot_schedule[self.rotations % len(self.hot_schedule)])
+        action, out = self.switch.process(data, from_client)
+        if from_client and data[1:2] == bytes([Op.PUSH]) and out[1] in (Op.PUSH, Op.PUSH_ACK):
+            mask = out[16]  # header byte 16: the applied-entries bitmap
+            for i in range(MAX_ENTRIES):
+                self.applied_at[i] += mask >> i & 1
+        return action, out
 
     def run(self) -> None:
         while not self._halt.is_set():

@@ -11,6 +11,8 @@ import pytest
 from contract.constants import VALUE_SCALE, to_fixed
 from hosts.stats import params_sha256, read_frequency, top_keys, write_frequency
 from hosts.workloads import (
+    Drift,
+    DriftSpec,
     LogisticWorkload,
     TraceWorkload,
     WorkloadError,
@@ -145,3 +147,144 @@ def test_frequency_file_round_trip(tmp_path) -> None:
     write_frequency(tmp_path / "empty.csv", np.zeros(3, int), np.zeros(3, int), {})
     assert read_frequency(tmp_path / "empty.csv").keys.size == 0
     assert params_sha256(np.arange(3)) == params_sha256(np.arange(3, dtype=">i8"))
+
+
+# --- drift ---
+
+
+def _replay_swaps(drift: Drift, iteration: int) -> np.ndarray:
+    """The rank permutation of `iteration` by replaying every swap in order (what Drift
+    computes in closed form): perm[rank] = the original rank whose key sits there."""
+    perm = np.arange(drift.n)
+    h, tl = drift.head, drift.tail
+    for j in range(drift.events(iteration)):
+        p = int(drift._order[j % h])
+        r = h + (drift._a * (j % tl) + drift._b) % tl
+        perm[p], perm[r] = perm[r], perm[p]
+    return perm
+
+
+@pytest.mark.parametrize(("n", "spec"), [(7, (1, 0.5, 5)), (50, (3, 0.25, 8)), (40, (2, 1.0, 4))])
+def test_drift_closed_form_equals_replaying_the_swaps(n, spec) -> None:
+    # small spaces, so the events wrap round the tail many times
+    drift = Drift(DriftSpec(*spec), n, seed=3)
+    for t in range(1, 60):
+        got = drift.ranks(np.arange(n), t)
+        assert np.array_equal(got, _replay_swaps(drift, t)), t
+        assert sorted(got.tolist()) == list(range(n))  # a permutation: no key twice
+
+
+def test_drift_moves_the_head_by_the_fraction_every_k_iterations() -> None:
+    k, f, b = 5, 0.2, 100
+    wl = ZipfWorkload(20_000, 1.1, 400, seed=4, drift=DriftSpec(k, f, head=b))
+    heads = [set(wl.hottest(b, t).tolist()) for t in range(1, 4 * k + 2)]
+    for t in range(1, 3 * k):
+        overlap = len(heads[t - 1] & heads[t - 1 + k]) / b
+        assert overlap == pytest.approx(1 - f, abs=0.011), t  # exactly round(F*B) swapped
+        if t % k:  # within an epoch nothing moves
+            assert heads[t - 1] == heads[t]
+    assert len(heads[0] & heads[-1]) / b < 1 - 3 * f + 0.05  # it keeps moving
+
+    # and the sampled stream follows: the top-B of counts of epoch e vs epoch e+1
+    def counted_top(epoch: int) -> set[int]:
+        keys = np.concatenate(
+            [wl.pull_keys(w, t) for w in range(8) for t in range(epoch * k + 1, epoch * k + k + 1)]
+        )
+        u, c = np.unique(keys, return_counts=True)
+        return set(u[np.argsort(-c, kind="stable")][:20].tolist())
+
+    top0, top1 = counted_top(0), counted_top(1)
+    assert top0 <= heads[0] and top1 <= heads[k]  # the 20 most drawn are head keys
+    assert top0 != top1
+
+
+def test_drift_fraction_zero_is_todays_stream_byte_for_byte() -> None:
+    plain = ZipfWorkload(5000, 1.1, 64, seed=7)
+    still = ZipfWorkload(5000, 1.1, 64, seed=7, drift=DriftSpec(3, 0.0))
+    moving = ZipfWorkload(5000, 1.1, 64, seed=7, drift=DriftSpec(3, 0.5, head=32))
+    lr = LogisticWorkload(4096, fields=4, cardinality=300, batch=16, seed=5)
+    lr_still = LogisticWorkload(
+        4096, fields=4, cardinality=300, batch=16, seed=5, drift=DriftSpec(2, 0.0)
+    )
+    lr_moving = LogisticWorkload(
+        4096, fields=4, cardinality=300, batch=16, seed=5, drift=DriftSpec(2, 0.5, head=20)
+    )
+    for w in range(3):
+        for t in (1, 2, 3, 4, 9, 1000):
+            k0, s0 = _steps(plain, w, t)
+            k1, s1 = _steps(still, w, t)
+            assert k0.tobytes() == k1.tobytes() and s0.values.tobytes() == s1.values.tobytes()
+            a, b = _steps(lr, w, t), _steps(lr_still, w, t)
+            assert (
+                a[0].tobytes() == b[0].tobytes() and a[1].values.tobytes() == b[1].values.tobytes()
+            )
+            if t <= 2:  # epoch 0 is undrifted too
+                assert np.array_equal(_steps(lr_moving, w, t)[0], a[0])
+    assert np.array_equal(moving.pull_keys(0, 3), plain.pull_keys(0, 3))  # epoch 0
+    assert not np.array_equal(moving.pull_keys(0, 1000), plain.pull_keys(0, 1000))
+    assert not np.array_equal(lr_moving.pull_keys(0, 1000), lr.pull_keys(0, 1000))
+    assert "drift" not in still.describe() or still.describe()["drift"].startswith("every=3")
+    assert "drift" not in plain.describe()
+
+
+def test_drifting_workloads_are_deterministic_per_seed_worker_iteration() -> None:
+    spec = DriftSpec(4, 0.3, head=64)
+    for make in (
+        lambda seed: ZipfWorkload(3000, 1.2, 80, seed, drift=spec),
+        lambda seed: LogisticWorkload(
+            3000, fields=5, cardinality=400, batch=24, seed=seed, drift=spec
+        ),
+    ):
+        a, b = make(1), make(1)
+        order = [(w, t) for w in range(3) for t in (1, 5, 9, 13, 400)]
+        first = {wt: _steps(a, *wt) for wt in order}
+        for wt in reversed(order):  # another object, another call order: the same bytes
+            k, s = _steps(b, *wt)
+            assert k.tobytes() == first[wt][0].tobytes()
+            assert s.values.tobytes() == first[wt][1].values.tobytes()
+        assert not np.array_equal(_steps(make(2), 0, 13)[0], first[(0, 13)][0])
+    wl = LogisticWorkload(3000, fields=5, cardinality=400, batch=24, seed=1, drift=spec)
+    assert np.array_equal(reference_run(wl, 2, 9).params, reference_run(wl, 2, 9).params)
+    ref = reference_run(wl, 2, 30)  # still learns while the features drift
+    assert np.mean(ref.losses[-5:]) < np.mean(ref.losses[0])
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("every=0,fraction=0.1", "every=0 must be an integer >= 1"),
+        ("every=5,fraction=1.5", "must be in [0, 1]"),
+        ("every=5,fraction=nan", "must be in [0, 1]"),
+        ("every=5", "fraction missing"),
+        ("fraction=0.1", "every missing"),
+        ("every=5,fraction=0.1,speed=2", "unknown field 'speed'"),
+        ("every=5,every=6,fraction=0.1", "every given twice"),
+        ("every=x,fraction=0.1", "invalid literal"),
+        ("every=5,fraction=0.1,head=0", "head=0 must be an integer >= 1"),
+        ("5:0.1", "expected every=K,fraction=F"),
+    ],
+)
+def test_drift_option_errors_are_clear(text, needle) -> None:
+    with pytest.raises(WorkloadError) as err:
+        DriftSpec.parse(text)
+    assert needle in str(err.value)
+
+
+def test_drift_option_through_the_cli() -> None:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    wl = from_args(p.parse_args(["--keys", "1000", "--drift", "every=10, fraction=0.25,head=50"]))
+    assert wl.drift == DriftSpec(10, 0.25, 50) and wl.describe()["drift"] == (
+        "every=10,fraction=0.25,head=50"
+    )
+    assert DriftSpec.parse("none") is None and DriftSpec.parse(None) is None
+    lr = from_args(
+        p.parse_args(["--workload", "lr", "--keys", "100", "--drift", "every=2,fraction=1"])
+    )
+    assert lr.drift.head == 256  # default head; cardinality 1000 > 256
+    with pytest.raises(WorkloadError, match="smaller than the 100 ranks"):
+        from_args(p.parse_args(["--keys", "100", "--drift", "every=2,fraction=0.5,head=100"]))
+    with pytest.raises(WorkloadError, match="not a trace"):
+        from_args(
+            p.parse_args(["--workload", "trace", "--trace", "x", "--drift", "every=1,fraction=1"])
+        )

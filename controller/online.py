@@ -1,0 +1,365 @@
+"""The controller's online loop: follow the skew while a job runs (issue 10, item 2).
+
+Each step the loop reads what happened since the last step from a `RateSource`, folds it into
+per-key rates with exponential decay (`RateEstimator`), lets a `Hysteresis` policy pick a few
+changes to the hot set, and applies them to the switch (`HotKeys.evict`, then `install`, so
+freed offsets are reused at once: the data plane keeps that exact, docs/design.md section 4).
+
+Sources (all give counts of *updates*, i.e. worker push entries, since their previous read):
+- `SwitchHitsSource`: the direct counters of the hot-key tables (`lookupN.hits`, readable
+  over P4Runtime on both targets). A hit counts every lookup of a hot key, a worker's PULL
+  entry as well as its PUSH entry (and the PS's WRITEBACKs), so an update is about
+  `weight` = 0.5 hits. Counters restart when a key is re-installed; a smaller reading than
+  the last is taken as a fresh counter.
+- `PSFrequencySource`: the PS's frequency files (hosts/stats.py), which a PS started with
+  `--freq-every N` rewrites (atomically) every N iterations. Their `cold` column counts the
+  entries each key got at the PS (all of a cold key's updates, and a hot key's that the
+  switch did not sum); their `iterations` header tells which iteration the counts reach.
+  Before this loop the PS wrote the file only at exit: that is the minimal interface added.
+- `CombinedSource`: the sum of several (switch hits + PS files: every update counted once).
+- In-switch sketch (issue 10 item 1, not yet in p4src/): implement `RateSource.read` over
+  the sketch's counters or digests and pass it to `OnlineController` like the others; an
+  observation with `complete=False` (the sketch sees candidates, not every key) simply
+  leaves the oracle column out.
+
+Log line of a step: "iteration 120: +14 -9 keys, coverage 41.2% (oracle 44.0%)": the hot
+set's share of the updates counted in the interval (with the hot set the interval ran with),
+and the share the best `budget` keys of that interval would have had (only when the counts
+cover every key, i.e. the PS files are read).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from controller.errors import BadInput
+from controller.hot_keys import HotKeys
+from controller.jobs import Job
+
+
+@dataclass
+class Observation:
+    """Updates per key counted since the previous read."""
+
+    counts: dict[int, float]
+    iteration: int | None = None  # the last iteration the counts reach, when known
+    iterations: int | None = None  # iterations the counts span, when known
+    complete: bool = False  # every key's updates are counted (the oracle can be computed)
+
+
+class RateSource(Protocol):
+    def read(self) -> Observation: ...
+
+
+class SwitchHitsSource:
+    """Updates of the hot keys from the hot-key tables' direct counters (module doc)."""
+
+    def __init__(self, hot_keys: HotKeys, job_id: int, weight: float = 0.5) -> None:
+        if not weight > 0:
+            raise BadInput(f"hit weight {weight} must be > 0")
+        self.hot_keys, self.job_id, self.weight = hot_keys, job_id, weight
+        self._last: dict[int, int] = {}
+
+    def read(self) -> Observation:
+        now = {hk.key: hk.packets for hk in self.hot_keys.list(self.job_id, counters=True)}
+        counts = {}
+        for key, hits in now.items():
+            before = self._last.get(key, 0)
+            delta = hits - before if hits >= before else hits  # re-installed: a new counter
+            if delta:
+                counts[key] = self.weight * delta
+        self._last = now
+        return Observation(counts)
+
+
+class PSFrequencySource:
+    """Cold updates per key from PS frequency files (one per shard; module doc)."""
+
+    def __init__(self, paths: Sequence[str | Path]) -> None:
+        if not paths:
+            raise BadInput("no PS frequency file given")
+        self.paths = [Path(p) for p in paths]
+        self._last: dict[Path, tuple[int, dict[int, int]]] = {}
+
+    def read(self) -> Observation:
+        from hosts.stats import read_frequency  # the file's one reader
+
+        counts: dict[int, float] = {}
+        iterations: list[int] = []
+        spans: list[int] = []
+        for path in self.paths:
+            if not path.exists():
+                continue  # the PS has not written it yet
+            try:
+                freq = read_frequency(path)
+                done = int(freq.meta.get("iterations", "0"))
+            except (OSError, ValueError) as exc:
+                raise BadInput(f"PS frequency file {path}: {exc}") from None
+            cold = dict(zip(freq.keys.tolist(), freq.cold.tolist()))
+            prev_done, prev = self._last.get(path, (0, {}))
+            if done < prev_done:  # a new run started: a fresh file
+                prev_done, prev = 0, {}
+            for key, n in cold.items():
+                delta = n - prev.get(key, 0)
+                if delta > 0:
+                    counts[key] = counts.get(key, 0.0) + delta
+            self._last[path] = (done, cold)
+            iterations.append(done)
+            spans.append(done - prev_done)
+        return Observation(
+            counts,
+            iteration=max(iterations) if iterations else None,
+            iterations=max(spans) if spans else None,
+            complete=bool(iterations),
+        )
+
+
+class CombinedSource:
+    """The sum of several sources' counts (e.g. switch hits and PS files)."""
+
+    def __init__(self, sources: Iterable[RateSource]) -> None:
+        self.sources = list(sources)
+
+    def read(self) -> Observation:
+        out = Observation({})
+        for obs in (s.read() for s in self.sources):
+            for key, n in obs.counts.items():
+                out.counts[key] = out.counts.get(key, 0.0) + n
+            if obs.iteration is not None:
+                out.iteration = max(out.iteration or 0, obs.iteration)
+            if obs.iterations is not None:
+                out.iterations = max(out.iterations or 0, obs.iterations)
+            out.complete = out.complete or obs.complete
+        return out
+
+
+class RateEstimator:
+    """Per-key update rate with exponential decay: after each observation,
+    rate = decay * rate + (1 - decay) * counted, where `counted` is the interval's count per
+    iteration (per step when the source does not know iterations). Keys whose rate falls
+    below `forget` are dropped, so the table stays the size of the recent working set."""
+
+    def __init__(self, decay: float = 0.5, forget: float = 1e-3) -> None:
+        if not 0.0 <= decay < 1.0:
+            raise BadInput(f"decay {decay} must be in [0, 1)")
+        self.decay, self.forget = decay, forget
+        self.rates: dict[int, float] = {}
+
+    def update(self, obs: Observation) -> None:
+        per = obs.iterations if obs.iterations else 1
+        d, fresh = self.decay, 1.0 - self.decay
+        rates = self.rates
+        for key in list(rates):
+            rates[key] *= d
+        for key, n in obs.counts.items():
+            rates[key] = rates.get(key, 0.0) + fresh * n / per
+        for key in [k for k, r in rates.items() if r < self.forget]:
+            del rates[key]
+
+    def rate(self, key: int) -> float:
+        return self.rates.get(key, 0.0)
+
+
+@dataclass(frozen=True)
+class Changes:
+    add: list[int]
+    remove: list[int]
+
+
+@dataclass
+class Hysteresis:
+    """Which keys enter and leave the hot set, so that keys do not flap:
+    - while the set has room (fewer than `budget` keys), the best candidates enter;
+    - a full set changes a member only for a candidate whose rate beats the weakest member's
+      by the `margin` (rate > (1 + margin) * weakest; the best candidate against the weakest
+      member, then the next pair, ...);
+    - at most `max_changes` keys enter per step (each replacement evicts one);
+    - no key enters below `min_rate` updates per iteration (a slot is collected every
+      iteration: a rarer key costs the PS more than it saves)."""
+
+    budget: int
+    margin: float = 0.2
+    max_changes: int = 16
+    min_rate: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.budget < 0 or self.max_changes < 0:
+            raise BadInput("budget and max changes must be >= 0")
+        if not self.margin >= 0 or self.min_rate < 0:
+            raise BadInput("hysteresis margin and minimum rate must be >= 0")
+
+    def choose(
+        self, current: Iterable[int], rate: Callable[[int], float], seen: Iterable[int]
+    ) -> Changes:
+        members = set(current)
+        candidates = sorted(
+            (k for k in set(seen) - members if rate(k) >= self.min_rate and rate(k) > 0),
+            key=lambda k: (-rate(k), k),
+        )
+        add: list[int] = []
+        remove: list[int] = []
+        # over budget (the budget shrank): the weakest leave first
+        weakest = sorted(members, key=lambda k: (rate(k), k))
+        while len(members) - len(remove) > self.budget:
+            remove.append(weakest.pop(0))
+        room = self.budget - (len(members) - len(remove))
+        it = iter(candidates)
+        for key in it:
+            if len(add) >= self.max_changes:
+                break
+            if room > 0:
+                add.append(key)
+                room -= 1
+                continue
+            if not weakest or rate(key) <= (1.0 + self.margin) * rate(weakest[0]):
+                break  # sorted: no later candidate beats the weakest either
+            remove.append(weakest.pop(0))
+            add.append(key)
+        return Changes(add, remove)
+
+
+@dataclass
+class StepReport:
+    step: int
+    iteration: int | None
+    added: list[int]
+    removed: list[int]
+    hot: int  # keys hot after the step
+    covered: float  # updates of the interval on the hot set it ran with
+    total: float
+    oracle: float | None  # updates of the interval's best `budget` keys (complete counts)
+    seconds: float = 0.0
+
+    @property
+    def coverage(self) -> float:
+        return self.covered / self.total if self.total else 0.0
+
+    @property
+    def oracle_coverage(self) -> float | None:
+        if self.oracle is None:
+            return None
+        return self.oracle / self.total if self.total else 0.0
+
+    def line(self) -> str:
+        when = f"iteration {self.iteration}" if self.iteration is not None else f"step {self.step}"
+        text = (
+            f"{when}: +{len(self.added)} -{len(self.removed)} keys, "
+            f"coverage {100 * self.coverage:.1f}%"
+        )
+        if self.oracle_coverage is not None:
+            text += f" (oracle {100 * self.oracle_coverage:.1f}%)"
+        return text
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "step": self.step,
+            "iteration": self.iteration,
+            "added": self.added,
+            "removed": self.removed,
+            "hot": self.hot,
+            "coverage": self.coverage,
+            "oracle": self.oracle_coverage,
+            "updates": self.total,
+            "seconds": self.seconds,
+        }
+
+
+def coverage_of(counts: Mapping[int, float], keys: Iterable[int]) -> float:
+    return sum(counts.get(k, 0.0) for k in set(keys))
+
+
+def oracle_of(counts: Mapping[int, float], budget: int) -> float:
+    """Updates of the `budget` most updated keys of these counts."""
+    return sum(sorted(counts.values(), reverse=True)[:budget])
+
+
+class HotSetTarget(Protocol):
+    """Where the hot set lives: the switch (`SwitchTarget`) or a fake in unit tests."""
+
+    def current(self) -> set[int]: ...
+
+    def apply(self, changes: Changes) -> None: ...
+
+
+class SwitchTarget:
+    """A job's hot keys on one switch, over P4Runtime."""
+
+    def __init__(self, hot_keys: HotKeys, job: Job) -> None:
+        self.hot_keys, self.job = hot_keys, job
+
+    def current(self) -> set[int]:
+        return {hk.key for hk in self.hot_keys.list(self.job.job_id)}
+
+    def apply(self, changes: Changes) -> None:
+        # Evict first, so the offsets they free can take the new keys at once: the slot tags
+        # keep the leaving keys' sums until collected (docs/design.md section 4).
+        if changes.remove:
+            self.hot_keys.evict(self.job.job_id, changes.remove)
+        if changes.add:
+            self.hot_keys.install(self.job, changes.add)
+
+
+@dataclass
+class OnlineController:
+    """One step: read, estimate, choose, apply, report. `run` repeats it every interval."""
+
+    target: HotSetTarget
+    source: RateSource
+    estimator: RateEstimator
+    policy: Hysteresis
+    log: Callable[[str], None] | None = None
+    steps: int = 0
+    history: list[StepReport] = field(default_factory=list)
+
+    def step(self) -> StepReport:
+        start = time.perf_counter()
+        current = self.target.current()
+        obs = self.source.read()
+        self.estimator.update(obs)
+        covered, total = coverage_of(obs.counts, current), sum(obs.counts.values())
+        oracle = oracle_of(obs.counts, self.policy.budget) if obs.complete else None
+        changes = self.policy.choose(current, self.estimator.rate, self.estimator.rates)
+        self.target.apply(changes)
+        self.steps += 1
+        hot = len(current) - len(changes.remove) + len(changes.add)
+        report = StepReport(
+            self.steps,
+            obs.iteration,
+            changes.add,
+            changes.remove,
+            hot,
+            covered,
+            total,
+            oracle,
+            time.perf_counter() - start,
+        )
+        self.history.append(report)
+        if self.log is not None:
+            self.log(report.line())
+        return report
+
+    def run(
+        self,
+        interval: float,
+        steps: int | None = None,
+        stop: threading.Event | None = None,
+    ) -> list[StepReport]:
+        """Step every `interval` seconds (the first after one interval), `steps` times or
+        until `stop` is set."""
+        if not interval > 0 or math.isinf(interval):
+            raise BadInput(f"interval {interval} must be a positive number of seconds")
+        stop = stop or threading.Event()
+        done: list[StepReport] = []
+        next_at = time.monotonic() + interval
+        while steps is None or len(done) < steps:
+            if stop.wait(max(0.0, next_at - time.monotonic())):
+                break
+            next_at += interval
+            done.append(self.step())
+        return done

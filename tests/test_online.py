@@ -1,0 +1,277 @@
+"""The controller's online loop (controller/online.py): estimator and hysteresis with fakes,
+sources against fakes and files, and a real run: the embedded switch's P4Runtime server,
+PS and workers on a drifting workload, and the loop moving keys while they train."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from controller.cli import main
+from controller.client import SwitchClient
+from controller.errors import BadInput
+from controller.hot_keys import HotKey, HotKeys
+from controller.jobs import Jobs
+from controller.online import (
+    Changes,
+    CombinedSource,
+    Hysteresis,
+    Observation,
+    OnlineController,
+    PSFrequencySource,
+    RateEstimator,
+    SwitchHitsSource,
+    SwitchTarget,
+)
+from hosts.stats import write_frequency
+from hosts.workloads import DriftSpec, ZipfWorkload
+from tests.test_controller import (  # noqa: F401 (the fixtures are used by name)
+    P4INFO_PATH,
+    Switch,
+    bare_switch_fixture,
+    switch_fixture,
+)
+
+
+class FakeSource:
+    def __init__(self, observations: list[Observation]) -> None:
+        self.observations = list(observations)
+
+    def read(self) -> Observation:
+        return self.observations.pop(0)
+
+
+class FakeTarget:
+    def __init__(self, keys=()) -> None:
+        self.keys = set(keys)
+        self.applied: list[Changes] = []
+
+    def current(self) -> set[int]:
+        return set(self.keys)
+
+    def apply(self, changes: Changes) -> None:
+        assert not set(changes.add) & self.keys and set(changes.remove) <= self.keys
+        self.keys = (self.keys - set(changes.remove)) | set(changes.add)
+        self.applied.append(changes)
+
+
+def test_estimator_decays_per_step_and_counts_per_iteration() -> None:
+    est = RateEstimator(decay=0.5, forget=0.01)
+    est.update(Observation({1: 40, 2: 4}, iterations=4))  # 10 and 1 per iteration
+    assert est.rate(1) == pytest.approx(5.0) and est.rate(2) == pytest.approx(0.5)
+    est.update(Observation({2: 40}, iterations=4))
+    assert est.rate(1) == pytest.approx(2.5) and est.rate(2) == pytest.approx(5.25)
+    for _ in range(20):
+        est.update(Observation({}))
+    assert est.rates == {}  # forgotten below the floor
+    est = RateEstimator(decay=0.0)
+    est.update(Observation({7: 3}))  # no iteration count: per step
+    assert est.rate(7) == 3
+    for bad in (1.0, -0.1):
+        with pytest.raises(BadInput):
+            RateEstimator(bad)
+
+
+def test_hysteresis_fills_room_then_needs_the_margin() -> None:
+    pol = Hysteresis(budget=3, margin=0.2, max_changes=10, min_rate=1.0)
+    rates = {1: 10.0, 2: 9.0, 3: 0.5, 4: 1.0, 5: 8.0}
+    ch = pol.choose([], rates.get, rates)
+    assert ch == Changes([1, 2, 5], [])  # best first; 3 is below the minimum rate
+    full = {1, 2, 5}
+    rates.update({6: 9.5})  # beats the weakest (8.0) by 18.75%: not enough
+    assert pol.choose(full, rates.get, rates) == Changes([], [])
+    rates[6] = 9.7  # by 21%: replaces it
+    assert pol.choose(full, rates.get, rates) == Changes([6], [5])
+    # the budget shrank: the weakest leave
+    assert Hysteresis(budget=1).choose(full, rates.get, rates) == Changes([], [5, 2])
+
+
+def test_hysteresis_caps_changes_per_step() -> None:
+    old = {k: 1.0 for k in range(10)}
+    new = {k: 100.0 for k in range(100, 110)}
+    rates = {**old, **new}
+    ch = Hysteresis(budget=10, margin=0.5, max_changes=4).choose(old, rates.get, rates)
+    assert ch.add == [100, 101, 102, 103] and len(ch.remove) == 4
+    assert set(ch.remove) <= set(old)
+    with pytest.raises(BadInput):
+        Hysteresis(budget=-1)
+
+
+def test_keys_near_the_boundary_do_not_flap() -> None:
+    # two keys whose counts alternate around each other: without hysteresis they would swap
+    # every step; with it the set stays put once filled
+    target = FakeTarget()
+    obs = [Observation({1: 100, 2: 52 if i % 2 else 48, 3: 48 if i % 2 else 52}) for i in range(12)]
+    loop = OnlineController(
+        target, FakeSource(obs), RateEstimator(0.5), Hysteresis(2, margin=0.2, min_rate=0)
+    )
+    for _ in range(12):
+        loop.step()
+    assert len(target.applied) == 12 and sum(len(c.add) for c in target.applied) == 2
+    assert Hysteresis(2, margin=0.0, min_rate=0).choose({1, 2}, {1: 9, 2: 5, 3: 5.1}.get, [3]) == (
+        Changes([3], [2])
+    )
+
+
+def test_step_reports_coverage_against_the_oracle() -> None:
+    lines: list[str] = []
+    target = FakeTarget({1, 2})
+    obs = Observation({1: 30, 2: 10, 3: 40, 4: 20}, iteration=120, iterations=10, complete=True)
+    loop = OnlineController(
+        target, FakeSource([obs]), RateEstimator(0.0), Hysteresis(2, 0.2, 1, 0.0), lines.append
+    )
+    r = loop.step()
+    # the interval ran with {1, 2}: 40 of 100 updates; the best 2 keys had 70
+    assert lines == ["iteration 120: +1 -1 keys, coverage 40.0% (oracle 70.0%)"]
+    assert (r.added, r.removed, r.hot) == ([3], [2], 2) and target.keys == {1, 3}
+    loop.source = FakeSource([Observation({5: 1})])  # no iteration, incomplete: no oracle
+    loop.step()
+    assert lines[-1] == "step 2: +1 -1 keys, coverage 0.0%"  # decay 0: only key 5 is left
+
+
+def test_the_loop_follows_a_drifting_head() -> None:
+    # counts straight from a drifting workload: the loop follows the head as it moves
+    wl = ZipfWorkload(20_000, 1.2, 256, seed=3, drift=DriftSpec(10, 0.2, head=64))
+
+    def interval(t0: int) -> Observation:
+        keys = np.concatenate([wl.pull_keys(w, t) for w in range(8) for t in range(t0, t0 + 5)])
+        u, c = np.unique(keys, return_counts=True)
+        return Observation(dict(zip(u.tolist(), c.astype(float).tolist())), t0 + 4, 5, True)
+
+    obs = [interval(1 + 5 * i) for i in range(30)]
+    target = FakeTarget()
+    loop = OnlineController(
+        target, FakeSource(obs), RateEstimator(0.5), Hysteresis(64, 0.1, 16, 1.0)
+    )
+    reports = [loop.step() for _ in range(4)]
+    static = set(target.keys)  # what a one-off selection from the start keeps
+    assert len(static) == 64
+    reports += [loop.step() for _ in range(26)]
+    later = reports[5:]
+    dynamic = np.mean([r.coverage for r in later])
+    frozen = np.mean(
+        [sum(o.counts.get(k, 0) for k in static) / r.total for o, r in zip(obs[5:], later)]
+    )
+    oracle = np.mean([r.oracle_coverage for r in later])
+    # the oracle is the top 64 of each interval's own sampled counts, which no estimate
+    # from past intervals can match; the loop must stay close to it and far above static
+    assert dynamic > 0.8 * oracle and dynamic > frozen + 0.1, (dynamic, frozen, oracle)
+    assert sum(len(r.added) for r in later) > 20  # it did move with the drift
+
+
+def _hot(key: int, packets: int) -> HotKey:
+    return HotKey(1, key, 0, packets=packets)
+
+
+def test_switch_hits_source_takes_differences_and_restarted_counters() -> None:
+    class FakeHotKeys:
+        def __init__(self) -> None:
+            self.now: list[HotKey] = []
+
+        def list(self, job_id, counters=False):
+            assert job_id == 1 and counters
+            return self.now
+
+    fake = FakeHotKeys()
+    src = SwitchHitsSource(fake, 1, weight=0.5)  # type: ignore[arg-type]
+    fake.now = [_hot(1, 10), _hot(2, 4)]
+    assert src.read().counts == {1: 5.0, 2: 2.0}
+    fake.now = [_hot(1, 30), _hot(2, 2)]  # key 2 was evicted and installed again
+    assert src.read().counts == {1: 10.0, 2: 1.0}
+    with pytest.raises(BadInput):
+        SwitchHitsSource(fake, 1, weight=0)  # type: ignore[arg-type]
+
+
+def test_ps_frequency_source_reads_cold_counts_per_interval(tmp_path) -> None:
+    paths = [tmp_path / "f0.csv", tmp_path / "f1.csv"]
+    src = PSFrequencySource(paths)
+    assert src.read() == Observation({}, None, None, False)  # nothing written yet
+    cold = np.zeros(8, np.int64)
+    cold[[2, 4]] = [6, 3]
+    collected = np.zeros(8, np.int64)
+    collected[5] = 4  # a collected aggregate is not a worker update: not counted
+    write_frequency(paths[0], cold, collected, {"iterations": 3})
+    obs = src.read()
+    assert obs == Observation({2: 6.0, 4: 3.0}, 3, 3, True)
+    cold[2] += 4
+    write_frequency(paths[0], cold, collected, {"iterations": 5})
+    write_frequency(paths[1], np.array([0, 7, 0]), np.zeros(3, np.int64), {"iterations": 5})
+    assert src.read() == Observation({2: 4.0, 1: 7.0}, 5, 5, True)
+    both = CombinedSource([FakeSource([Observation({2: 1.0})]), FakeSource([Observation({})])])
+    assert both.read().counts == {2: 1.0}
+    paths[0].write_text("garbage\n")
+    with pytest.raises(BadInput, match=r"f0\.csv"):
+        src.read()
+
+
+# --- on a real switch ---
+
+
+def test_cli_auto_moves_keys_from_a_frequency_file(capsys, switch: Switch, tmp_path) -> None:
+    with switch.client() as c:
+        Jobs(c, switch.p4info).add(3, 16)
+        HotKeys(c, switch.p4info).install(Jobs(c, switch.p4info).get(3), [100, 101])
+    cold = np.zeros(300, np.int64)
+    cold[[7, 8, 9, 200]] = [90, 80, 70, 1]
+    freq = tmp_path / "f.csv"
+    write_frequency(freq, cold, np.zeros(300, np.int64), {"iterations": 10})
+    log = tmp_path / "auto.log"
+    argv = ["--grpc-addr", switch.addr, "--p4info", str(P4INFO_PATH), "hotkeys", "auto"]
+    argv += ["--job-id", "3", "--budget", "3", "--interval", "0.05", "--steps", "2"]
+    argv += ["--freq", str(freq), "--max-changes", "2", "--log", str(log)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    # step 1 fills the free slot and replaces one of the idle keys (2 changes at most)
+    assert out[0] == "iteration 10: +2 -1 keys, coverage 0.0% (oracle 99.6%)", out
+    assert out[1] == "iteration 10: +1 -1 keys, coverage 0.0% (oracle 0.0%)", out  # no new counts
+    assert out[2] == "job 3: 2 steps, +3 -2 keys"
+    assert log.read_text().count("job 3 iteration 10:") == 2
+    assert {e.match[1] for e in switch.hot(0).entries()} == {7, 8, 9}
+    assert {e.match[1] for e in switch.hot(7).entries()} == {7, 8, 9}
+    for bad, needle in (("--decay", "1"), ("--interval", "0"), ("--budget", "17")):
+        args = [*argv, bad, needle if bad != "--budget" else "17"]
+        assert main(args) == 5
+        assert "hotagg-ctl: error:" in capsys.readouterr().err
+
+
+def test_the_loop_moves_keys_on_a_switch_while_a_job_trains(switch: Switch, tmp_path) -> None:
+    # The embedded switch's real P4Runtime server; its pipeline also carries the agents'
+    # packets (through the test relay). The workload's head drifts; the loop, reading the
+    # hot-key counters over P4Runtime and the PS's frequency file, moves keys while the job
+    # runs, and the result stays exact.
+    from tests.agent_fakes import PipelineSwitch, Relay
+    from tests.test_agents import HOT_SLOTS, JOB, check_exact, run_job
+
+    wl = ZipfWorkload(2000, 1.3, 48, seed=21, drift=DriftSpec(3, 0.5, head=24))
+    with switch.client() as c:
+        job = Jobs(c, switch.p4info).add(JOB, HOT_SLOTS)
+    sw = PipelineSwitch(JOB, None, {}, pipeline=switch.pipeline)
+    relay = lambda ups: Relay(ups, switch=sw)  # noqa: E731
+    stop = threading.Event()
+    client = SwitchClient(switch.addr, 0, (0, 2), timeout=5).connect()
+    hot = HotKeys(client, switch.p4info)
+    source = CombinedSource(
+        [SwitchHitsSource(hot, JOB), PSFrequencySource([tmp_path / "freq0.csv"])]
+    )
+    loop = OnlineController(
+        SwitchTarget(hot, job), source, RateEstimator(0.3), Hysteresis(24, 0.1, 12, 0.5)
+    )
+    th = threading.Thread(target=loop.run, args=(0.15, None, stop), daemon=True)
+    th.start()
+    try:
+        params, summaries, _, _ = run_job(
+            wl, 3, 30, tmp_path, relay=relay, collect=True, freq_every=1
+        )
+    finally:
+        stop.set()
+        th.join(10)
+        client.close()
+    check_exact(wl, 3, 30, params, summaries)
+    reports = loop.history
+    assert len(reports) >= 3, reports
+    assert sum(len(r.added) for r in reports) > 0 and sum(len(r.removed) for r in reports) > 0
+    assert any(r.iteration for r in reports)  # the PS's file was read while it ran
+    c = summaries[0]["counters"]
+    assert c["collected_entries"] > 0 and c["cold_entries"] > 0
