@@ -187,29 +187,35 @@ def start_network(
     intf_prefix, ports = _reserve(
         topo_obj, run_id, state_path, intf_prefix, grpc_base_port, dict(grpc_ports or {})
     )
-    topo = HotaggTopo(
-        topo_obj,
-        switch_cls=SWITCH_CLASSES[target],
-        host_cls=HotaggHost,
-        grpc_base_port=grpc_base_port or 50051,
-        grpc_ports=ports,
-        intf_prefix=intf_prefix,
-        log_dir=log_dir,
-        run_id=run_id,
-        netem=netem,
-        switch_opts={"seed": seed, "start_timeout": start_timeout},
-    )
-    if topo.unshaped:
-        log.warning(
-            "tc netem is not available on this kernel: delay/loss not applied on %d link(s) "
-            "(e.g. %s); bandwidth limits still apply",
-            len(topo.unshaped),
-            topo.unshaped[0],
+    try:
+        topo = HotaggTopo(
+            topo_obj,
+            switch_cls=SWITCH_CLASSES[target],
+            host_cls=HotaggHost,
+            grpc_base_port=grpc_base_port or 50051,
+            grpc_ports=ports,
+            intf_prefix=intf_prefix,
+            log_dir=log_dir,
+            run_id=run_id,
+            netem=netem,
+            switch_opts={"seed": seed, "start_timeout": start_timeout},
         )
-    net = Mininet(topo=topo, controller=None, build=False, autoSetMacs=False, waitConnected=False)
-    network = Network(
-        topo_obj, net, target, run_id, state_path, log_dir, topo.unshaped, intf_prefix
-    )
+        if topo.unshaped:
+            log.warning(
+                "tc netem is not available on this kernel: delay/loss not applied on %d link(s) "
+                "(e.g. %s); bandwidth limits still apply",
+                len(topo.unshaped),
+                topo.unshaped[0],
+            )
+        net = Mininet(
+            topo=topo, controller=None, build=False, autoSetMacs=False, waitConnected=False
+        )
+        network = Network(
+            topo_obj, net, target, run_id, state_path, log_dir, topo.unshaped, intf_prefix
+        )
+    except BaseException:
+        state_path.unlink(missing_ok=True)  # nothing was built: give the reservation back
+        raise
     try:
         net.build()
         _write_state(network)
