@@ -24,6 +24,12 @@ BW ?=
 PS ?=
 TRACE ?=
 KEEP ?=
+# Runs can share a machine: each picks free P4Runtime ports and an interface prefix of its
+# own unless given (GRPC_PORT=50051: the first switch's port, the others count up).
+GRPC_PORT ?=
+PREFIX ?=
+# make stop RUN=<id>: that run only (its id is runs/<id>; default: this checkout's runs).
+RUN ?=
 # BMv2's switch binary for TARGET=bmv2, e.g. simple_switch_grpc-perf (BMv2's performance build).
 BMV2_BINARY ?= simple_switch_grpc
 export BMV2_BINARY
@@ -38,7 +44,7 @@ help:
 	@echo "make sweep   a grid of runs (WORKERS=4,8,16 SKEW=1.1,1.3 SEEDS=1,2 ...), plots, report"
 	@echo "make build   compile p4src/ with p4c-bm2-ss into build/ (if p4c is installed)"
 	@echo "make bench   switch benchmarks, JSON into bench/results/"
-	@echo "make stop    clean up everything a run started"
+	@echo "make stop    stop this checkout's runs (RUN=id: that run) and clean up after them"
 	@echo "make clean   remove build/, runs/ and caches"
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
@@ -74,12 +80,17 @@ check-p4info: build
 	    diff -u $(P4INFO) build/$(P4NAME).p4info.txtpb && echo "P4Info matches p4c's output"; \
 	fi
 
+# GNU make exits 2 whenever a recipe fails, whatever the code: the last line names the
+# experiment's own exit code (README, "Exit codes"); `python -m experiment run` returns it.
 run: $(STAMP)
-	$(PY) -m experiment run --target $(TARGET) --topo $(TOPO) --workers $(WORKERS) \
-	    --iterations $(ITERATIONS) --skew $(SKEW) --keys $(KEYS) --hot-slots $(HOT_SLOTS) \
-	    --loss $(LOSS) --seed $(SEED) --workload $(WORKLOAD) $(if $(BW),--bw $(BW)) $(if $(PS),--ps $(PS)) \
-	    $(if $(TRACE),--workload trace --trace $(TRACE)) \
-	    $(if $(KEEP),--keep)
+	@$(PY) -m experiment run --target '$(TARGET)' --topo '$(TOPO)' --workers '$(WORKERS)' \
+	    --iterations '$(ITERATIONS)' --skew '$(SKEW)' --keys '$(KEYS)' \
+	    --hot-slots '$(HOT_SLOTS)' --loss '$(LOSS)' --seed '$(SEED)' --workload '$(WORKLOAD)' \
+	    $(if $(BW),--bw '$(BW)') $(if $(PS),--ps '$(PS)') \
+	    $(if $(TRACE),--workload trace --trace '$(TRACE)') \
+	    $(if $(GRPC_PORT),--grpc-base-port '$(GRPC_PORT)') $(if $(PREFIX),--intf-prefix '$(PREFIX)') \
+	    $(if $(filter-out 0 no false,$(KEEP)),--keep); \
+	rc=$$?; [ $$rc -eq 0 ] || echo "make run: the experiment exited with code $$rc" >&2; exit $$rc
 
 # The grid's lists, e.g. make sweep WORKERS=4,8 SKEW=1.1 SEEDS=1,2,3: only variables given on
 # the command line are passed (the sweep's own defaults otherwise, not make run's).
@@ -95,9 +106,10 @@ sweep: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench
 
-# Stops our switch processes (marked HOTAGG_RUN), Mininet nodes and links of hotagg runs.
+# Stops the runs of this checkout (or RUN=id): their experiment process, switch processes,
+# host processes, Mininet nodes and links, as their state files record them.
 stop: $(STAMP)
-	$(PY) -m topologies.network cleanup
+	$(PY) -m experiment stop $(if $(RUN),--run '$(RUN)')
 
 clean:
 	rm -rf build runs sweeps .pytest_cache .ruff_cache bench/results

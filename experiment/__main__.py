@@ -1,20 +1,30 @@
 """`make run`: the Mininet experiment (offloaded vs server-only), and `make stop`.
 
     python -m experiment run [--target embedded|bmv2] [--topo FILE] [--workers N] ...
-    python -m experiment stop
+    python -m experiment stop [--run ID]
 
 Exit codes: 0 done and exact, 1 the two modes' parameters differ, 2 bad options or missing
-prerequisites, 3 the run failed (the message says where; logs are in runs/<id>/).
+prerequisites, 3 the run failed (the message says where; logs are in runs/<id>/),
+130 interrupted (Ctrl-C or `make stop`).
 """
 
 from __future__ import annotations
 
-import argparse
-import math
 import signal
 import sys
 from pathlib import Path
 
+from experiment.options import (
+    OptionParser,
+    bandwidth,
+    hot_slots,
+    nonnegative,
+    port,
+    positive,
+    probability,
+    seed,
+    workers,
+)
 from experiment.runner import (
     Experiment,
     ExperimentError,
@@ -28,50 +38,8 @@ from hosts.stats import dumps_strict
 WARMUP_STREAM_OFFSET = 1_000_000  # far beyond any measured iteration
 
 
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
-    return value
-
-
-def nonnegative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value):  # float() reads "nan" and "inf"; no Zipf exponent is either
-        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
-
-
-def bandwidth(text: str) -> float | str:
-    return "auto" if text == "auto" else positive_float(text)
-
-
-def probability(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"{text} is not in [0, 1)")
-    return value
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m experiment", description=__doc__.split("\n")[0]
-    )
+def build_parser() -> OptionParser:
+    parser = OptionParser(prog="python -m experiment", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the experiment")
     d = RunConfig()
@@ -89,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST[,HOST]",
         help="the parameter server host(s), for a topology file without hotagg's roles",
     )
-    run.add_argument("--workers", type=positive, default=d.workers)
+    run.add_argument("--workers", type=workers, default=d.workers)
     run.add_argument("--iterations", type=positive, default=d.iterations)
     run.add_argument("--skew", type=nonnegative, default=d.skew, help="Zipf exponent")
     run.add_argument("--keys", type=positive, default=d.keys, help="key space (parameters)")
@@ -101,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--hot-slots",
-        type=positive,
+        type=hot_slots,
         default=d.hot_slots,
         help="switch slots for the hot set (its budget)",
     )
@@ -119,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="bandwidth of every link in Mbit/s, instead of the topology's own; 'auto': the "
         "highest rate at which a short calibration stays network-bound",
     )
-    run.add_argument("--seed", type=int, default=d.seed)
+    run.add_argument("--seed", type=seed, default=d.seed)
     run.add_argument("--workload", choices=("zipf", "lr", "trace"), default=d.workload)
     run.add_argument("--trace", help="trace CSV for --workload trace")
     run.add_argument(
@@ -131,19 +99,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--runs-dir", type=Path, default=d.runs_dir)
     run.add_argument(
         "--grpc-base-port",
-        type=int,
+        type=port,
         default=d.grpc_base_port,
-        help="P4Runtime port of the first switch (0: any free port)",
+        help="P4Runtime port of the first switch, the others count up (0: free ports)",
     )
     run.add_argument(
         "--intf-prefix",
         default="",
-        help="prefix for switch interface names (concurrent runs, tests)",
+        help="prefix of this run's switch interface names (empty: an unused one)",
     )
     run.add_argument(
         "--keep", action="store_true", help="keep the network up after the run, until Ctrl-C"
     )
-    sub.add_parser("stop", help="clean up whatever a run left behind")
+    stop = sub.add_parser(
+        "stop", help="stop this checkout's runs (or one run) and clean up what they left"
+    )
+    stop.add_argument("--run", help="only this run id (runs/<id>), of any checkout")
     from experiment import sweep
 
     sweep.add_arguments(sub.add_parser("sweep", help="a grid of runs, plots against the bound"))
@@ -175,6 +146,13 @@ def run(cfg: RunConfig) -> int:
     phases = {}
     try:
         exp.start()
+        # What this run holds on the machine (runs can share one): in summary.json's config.
+        config["run_id"] = run_dir.name
+        config["intf_prefix"] = exp.net.intf_prefix
+        config["grpc_ports"] = {
+            name: int(addr.rsplit(":", 1)[1]) for name, addr in exp.net.grpc_addrs.items()
+        }
+        (run_dir / "config.json").write_text(dumps_strict(config, indent=2) + "\n")
         exp.configure(hot_keys=None)
         # Same workload and seed, read further on: the warm-up learns which keys are popular
         # without seeing the iterations it is then measured on (a trace is profiled from its
@@ -330,6 +308,29 @@ def keep_running(exp: Experiment) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
 
 
+def stop(run_id: str | None) -> int:
+    """`make stop [RUN=id]`: this checkout's runs, or the one run."""
+    import os
+
+    from topologies.network import cleanup, runs
+    from topologies.switches import REPO_ROOT
+
+    if os.geteuid() != 0:
+        print("hotagg: error: make stop needs root: sudo make stop", file=sys.stderr)
+        return 2
+    if run_id is not None and not any(s.get("run_id") == run_id for s in runs()):
+        print(f"hotagg: no state of run {run_id}; cleaning up its marked processes only")
+    done = cleanup(run_id, checkout=None if run_id else REPO_ROOT)
+    for line in done:
+        print(f"hotagg: {line}")
+    others = [s.get("run_id") for s in runs()]
+    if not done:
+        print("hotagg: nothing of " + (f"run {run_id}" if run_id else f"{REPO_ROOT}") + " to stop")
+    if others:
+        print(f"hotagg: left alone (other checkouts' or runs): {', '.join(map(str, others))}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "sweep":
@@ -337,11 +338,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return sweep.main(args)
     if args.command == "stop":
-        from topologies.network import cleanup
-
-        for line in cleanup():
-            print(line)
-        return 0
+        return stop(args.run)
     extra = ["--trace", args.trace] if args.trace else []
     cfg = RunConfig(
         target=args.target,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import selectors
 import subprocess
 import sys
@@ -55,8 +56,8 @@ class RunConfig:
     bw: float | str | None = None
     ps: list[str] = field(default_factory=list)  # PS hosts, for files without hotagg's roles
     runs_dir: Path = REPO_ROOT / "runs"
-    grpc_base_port: int = 50051
-    intf_prefix: str = ""  # keeps switch interface names of concurrent runs apart
+    grpc_base_port: int = 0  # P4Runtime port of the first switch; 0: free ports
+    intf_prefix: str = ""  # keeps switch interface names of concurrent runs apart; "": own
     keep: bool = False  # leave the network up after the run, until Ctrl-C
     phase_timeout: float = 600.0
     extra_workload_args: list[str] = field(default_factory=list)
@@ -112,83 +113,22 @@ class Experiment:
     # --- set-up ---
 
     def preflight(self) -> None:
+        """The options first (each error names its make variable), then the machine."""
+        from experiment.options import check
         from topologies.network import missing_prerequisites
-        from topologies.switches import bmv2_missing
-        from topologies.topology import TopologyFileError, load_topology
 
+        self.topology = check(self.cfg)
         if os.geteuid() != 0:
             raise PreflightError("make run needs root (Mininet namespaces): sudo make run")
         if why := missing_prerequisites():
             raise PreflightError(why)
-        if self.cfg.target == "bmv2" and (why := bmv2_missing()):
-            raise PreflightError(f"TARGET=bmv2: {why}; use TARGET=embedded")
-        if not 0.0 <= self.cfg.loss < 1.0:
-            raise PreflightError(f"LOSS={self.cfg.loss} must be in [0, 1)")
-        try:
-            self.topology = load_topology(self.cfg.topo)
-            if self.cfg.ps:
-                self.topology = self.topology.with_parameter_servers(self.cfg.ps)
-            if self.cfg.bw is not None:
-                # BW=auto starts shaped at the lowest rate it tries; calibrate() moves it.
-                rate = AUTO_RATES[0] if self.cfg.bw == "auto" else float(self.cfg.bw)
-                self.topology = self.topology.with_bandwidth(rate)
-        except (OSError, TopologyFileError) as e:
-            raise PreflightError(f"TOPO={self.cfg.topo}: {e}") from None
-        except KeyError as e:
-            raise PreflightError(f"PS={','.join(self.cfg.ps)}: {e.args[0]}") from None
-        if missing := self.topology.missing_hotagg_keys():
-            raise PreflightError(missing)
-        for notice in self.topology.notices:
-            say(f"note: {notice}")
-        self._check_trace()
-        workers = self.topology.workers
-        if not 1 <= self.cfg.workers <= len(workers):
-            raise PreflightError(
-                f"WORKERS={self.cfg.workers}, but {self.cfg.topo} has {len(workers)} worker hosts"
-                f" (TOPO=star:{self.cfg.workers} generates a star with that many)"
-            )
-        aggregating = [n for n, s in self.topology.switches.items() if s.aggregate]
-        # Each PS collects from its own switch only: a second aggregating switch would sum
-        # updates that no PS ever collects.
-        if len(aggregating) != 1:
-            raise PreflightError(
-                f"{self.cfg.topo} marks {len(aggregating)} switches 'aggregate'; the experiment "
-                "needs exactly one, the switch the parameter servers hang off"
-            )
-
-    def _check_trace(self) -> None:
-        """A trace run needs its file, and enough iterations for the warm-up followed by the
-        measured iterations (the warm-up reads the trace's first WARMUP iterations, the
-        measured phases the ones after them): found now, before anything is started."""
-        cfg = self.cfg
-        trace = trace_path(cfg)
-        if cfg.workload != "trace":
-            if trace is not None:
-                raise PreflightError("TRACE= is for WORKLOAD=trace")
-            return
-        if trace is None:
-            raise PreflightError("WORKLOAD=trace needs TRACE=<file> (format: hosts/workloads.py)")
-        from hosts.workloads import TraceWorkload, WorkloadError
-
-        try:
-            workload = TraceWorkload.from_csv(trace, cfg.keys, cfg.seed)
-        except WorkloadError as e:
-            raise PreflightError(f"TRACE={trace}: {e}") from None
-        if workload.iterations < cfg.warmup + cfg.iterations:
-            raise PreflightError(
-                f"TRACE={trace} has {workload.iterations} iterations; the warm-up ({cfg.warmup})"
-                f" and ITERATIONS={cfg.iterations} need {cfg.warmup + cfg.iterations}, since "
-                "the hot set is learnt from iterations that are then not measured"
-            )
-        if workload.workers > cfg.workers:
-            say(
-                f"note: TRACE={trace} has {workload.workers} workers; "
-                f"only the first WORKERS={cfg.workers} run"
-            )
 
     def make_run_dir(self) -> Path:
+        """runs/<id>: the id is also the run's mark on its processes and its state file, so
+        it ends in a random part (runs of other checkouts may start in the same second)."""
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        run_dir = self.cfg.runs_dir / f"{stamp}-{self.cfg.target}-seed{self.cfg.seed}"
+        suffix = secrets.token_hex(3)
+        run_dir = self.cfg.runs_dir / f"{stamp}-{self.cfg.target}-seed{self.cfg.seed}-{suffix}"
         run_dir.mkdir(parents=True, exist_ok=False)
         latest = self.cfg.runs_dir / "latest"
         if latest.is_symlink() or latest.exists():
@@ -214,7 +154,7 @@ class Experiment:
                 self.cfg.target,
                 grpc_base_port=self.cfg.grpc_base_port,
                 run_id=self.run_dir.name,
-                intf_prefix=self.cfg.intf_prefix,
+                intf_prefix=self.cfg.intf_prefix or None,  # None: an unused one
                 log_dir=self.run_dir / "switch-logs",
                 seed=self.cfg.seed,
             )
@@ -223,6 +163,10 @@ class Experiment:
             if "File exists" in str(e) or "Address already in use" in str(e):
                 hint = " (an earlier run may have left it behind: sudo make stop)"
             raise ExperimentError(f"the network did not come up: {e}{hint}") from e
+        say(
+            f"run {self.run_dir.name}: interface prefix {self.net.intf_prefix!r}; "
+            f"stop it alone with: sudo make stop RUN={self.run_dir.name}"
+        )
         for name, addr in self.net.grpc_addrs.items():
             self.clients[name] = SwitchClient(addr, self.net.device_ids[name], wait=10.0).connect()
         say(

@@ -138,6 +138,8 @@ def run_point(point: Point, args: argparse.Namespace, runs_dir: Path, log: Path)
         out.write(f"\n=== {point.label()}\n")
         out.flush()
         rc = subprocess.run(argv, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
+    if rc == 130:  # interrupted (Ctrl-C, or `make stop`): the sweep stops too
+        raise KeyboardInterrupt
     summary_path = runs_dir / "latest" / "summary.json"
     if rc not in (0, 1) or not summary_path.exists():  # 1: ran, but the modes differ
         return None
@@ -406,7 +408,12 @@ def main(args: argparse.Namespace) -> int:
     started = time.monotonic()
     for i, point in enumerate(points, 1):
         print(f"hotagg sweep: [{i}/{len(points)}] {point.label()} ...", end=" ", flush=True)
-        summary = run_point(point, args, runs_dir, log)
+        try:
+            summary = run_point(point, args, runs_dir, log)
+        except KeyboardInterrupt:
+            print("interrupted; the sweep stops here", flush=True)
+            report(out, rows, [], [*failed, f"{point.label()} (interrupted)"])
+            return 130
         if summary is None:
             failed.append(point.label())
             print("failed (sweep.log)", flush=True)

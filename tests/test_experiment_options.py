@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import socket
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -27,3 +32,139 @@ def test_summary_json_is_strict() -> None:
     text = dumps_strict({"p99": float("nan"), "rows": [1.5, float("inf")], "n": 3})
     assert json.loads(text) == {"p99": None, "rows": [1.5, None], "n": 3}
     assert "NaN" not in text and "Infinity" not in text
+
+
+# --- every make knob is checked before anything is built, and named --------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+# The make variable, and the run's arguments as the Makefile passes them.
+BAD_PARSE = [
+    ("WORKERS", ["--workers", "0"]),
+    ("WORKERS", ["--workers", "65"]),
+    ("WORKERS", ["--workers", "four"]),
+    ("ITERATIONS", ["--iterations", "0"]),
+    ("SKEW", ["--skew", "-1"]),
+    ("KEYS", ["--keys", "0"]),
+    ("HOT_SLOTS", ["--hot-slots", "0"]),
+    ("HOT_SLOTS", ["--hot-slots", "16385"]),
+    ("LOSS", ["--loss", "1"]),
+    ("LOSS", ["--loss", "nan"]),
+    ("SEED", ["--seed", "-1"]),
+    ("SEED", ["--seed", str(2**32)]),
+    ("SEED", ["--seed", "x"]),
+    ("WORKLOAD", ["--workload", "uniform"]),
+    ("BW", ["--bw", "0"]),
+    ("BW", ["--bw", "5000"]),
+    ("BW", ["--bw", "fast"]),
+    ("TARGET", ["--target", "tofino"]),
+    ("GRPC_PORT", ["--grpc-base-port", "70000"]),
+    ("GRPC_PORT", ["--grpc-base-port", "-1"]),
+]
+
+
+@pytest.mark.parametrize(("knob", "argv"), BAD_PARSE, ids=lambda v: " ".join(v) if v else "")
+def test_malformed_options_name_their_make_variable(
+    knob: str, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["run", *argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{knob} ({argv[0]})" in err and err.startswith("hotagg: error:"), err
+
+
+def _trace(path: Path, iterations: int) -> Path:
+    path.write_text("".join(f"{t},{w},{t * 7 + w}\n" for t in range(iterations) for w in range(2)))
+    return path
+
+
+def bad_checks(tmp_path: Path) -> list[tuple[str, list[str]]]:
+    """Options that parse but cannot work here, each with what the message must name."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    _OPEN.append(taken)
+    return [
+        ("WORKERS=5", ["--workers", "5"]),  # the default star has 4 worker hosts
+        ("TOPO=", ["--topo", str(tmp_path / "nosuch.json")]),
+        ("TOPO=", ["--topo", "star:0"]),
+        ("PS=h99", ["--ps", "h99"]),
+        ("WORKLOAD=trace needs TRACE", ["--workload", "trace"]),
+        ("TRACE=", ["--workload", "trace", "--trace", str(tmp_path / "nosuch.csv")]),
+        ("TRACE=", ["--workload", "trace", "--trace", str(_trace(tmp_path / "t.csv", 3))]),
+        ("TRACE= is for WORKLOAD=trace", ["--trace", str(tmp_path / "t.csv")]),
+        ("KEYS=", ["--keys", str(10**14)]),
+        ("GRPC_PORT=", ["--grpc-base-port", str(taken.getsockname()[1])]),
+        (
+            "GRPC_PORT=65535",
+            ["--topo", "leafspine:2:2", "--workers", "3", "--grpc-base-port", "65535"],
+        ),
+        ("PREFIX=Bad", ["--intf-prefix", "Bad"]),
+        ("PREFIX=muchtoolong", ["--intf-prefix", "muchtoolong"]),
+        ("BMV2_BINARY=no-such-switch", ["--target", "bmv2"]),
+    ]
+
+
+_OPEN: list[socket.socket] = []
+
+
+def test_options_that_cannot_work_here_are_refused_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each is refused with exit 2 and a message naming the make variable, before root is
+    even asked for and before a run directory (or anything else) exists."""
+    from experiment.__main__ import main
+
+    monkeypatch.setenv("BMV2_BINARY", "no-such-switch")
+    monkeypatch.setattr("os.geteuid", lambda: 1000)  # the root check comes after the options
+    runs = tmp_path / "runs"
+    try:
+        for named, argv in bad_checks(tmp_path):
+            assert main(["run", "--runs-dir", str(runs), *argv]) == 2, argv
+            err = capsys.readouterr().err
+            assert named in err and "needs root" not in err, (argv, err)
+    finally:
+        for s in _OPEN:
+            s.close()
+    assert not runs.exists()
+    # Good options get as far as the root check (nothing above refused them by mistake).
+    assert main(["run", "--runs-dir", str(runs), "--topo", "star:2", "--workers", "2"]) == 2
+    assert "needs root" in capsys.readouterr().err
+
+
+def _make(*args: str) -> subprocess.CompletedProcess:
+    """`make` in this checkout, for real; the install step is taken as done (-o)."""
+    venv = REPO / ".venv"
+    return subprocess.run(
+        ["make", "-s", "-C", str(REPO), "-o", f"{venv}/.hotagg-installed", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("knobs", "named"),
+    [
+        (["SEED=-1"], "SEED (--seed): -1"),
+        (["WORKLOAD=trace"], "WORKLOAD=trace needs TRACE"),
+        (["GRPC_PORT=x"], "GRPC_PORT (--grpc-base-port): 'x'"),
+        (["PREFIX=UPPER"], "PREFIX=UPPER"),
+    ],
+)
+def test_make_run_refuses_bad_knobs_and_says_the_exit_code(knobs: list[str], named: str) -> None:
+    """Through make for real: the option is named, the experiment's exit code (2, usage) is
+    on the last line, and make fails (GNU make's own status for a failed recipe is 2)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    proc = _make("run", *knobs)
+    assert named in proc.stderr, proc.stderr
+    assert "make run: the experiment exited with code 2" in proc.stderr
+    assert proc.returncode == 2
+
+
+def test_exit_codes_are_the_documented_ones() -> None:
+    """The codes the README documents are the ones __main__ returns."""
+    readme = (REPO / "README.md").read_text()
+    for code, meaning in [(1, "differ"), (2, "options"), (3, "failed"), (130, "interrupted")]:
+        assert re.search(rf"\| `{code}` \|[^\n]*{meaning}", readme), code

@@ -8,6 +8,7 @@ topologies/nodes.py wrap the same launchers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -28,6 +29,7 @@ DEFAULT_BMV2_BINARY = "simple_switch_grpc"
 P4C_BINARY = "p4c-bm2-ss"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RUN_ENV = "HOTAGG_RUN"  # environment variable that marks every switch process we start
+CHECKOUT_ENV = "HOTAGG_CHECKOUT"  # ... and the checkout that started it (`make stop`)
 
 
 class SwitchStartError(RuntimeError):
@@ -62,6 +64,34 @@ def port_open(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process `pid` holds a listening TCP socket on `port` (True where /proc does
+    not tell: not Linux, or another user's process)."""
+    inodes = set()
+    lines: list[str] = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            lines += Path(table).read_text().splitlines()[1:]
+    if not lines:
+        return True
+    for line in lines:
+        fields = line.split()
+        # local_address is ADDR:PORT in hex; state 0A is LISTEN
+        if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+            inodes.add(f"socket:[{fields[9]}]")
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return True
+    for fd in fds:
+        try:
+            if os.readlink(fd) in inodes:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def log_tail(path: Path, lines: int = 20) -> str:
@@ -134,6 +164,7 @@ class SwitchProcess:
         env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         # The mark by which topologies.network.cleanup() finds our processes, and no others.
         env[RUN_ENV] = self.run_id or f"pid{os.getpid()}"
+        env[CHECKOUT_ENV] = str(REPO_ROOT)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 self.argv(), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT
@@ -151,7 +182,9 @@ class SwitchProcess:
                     f"{self.name} ({self.target}) exited with code {self.proc.returncode}:\n"
                     + log_tail(self.log_path)
                 )
-            if port_open("127.0.0.1", self.grpc_port):
+            # Open, and by this process: a port taken by another run's switch in the
+            # meantime must not pass for ours (the controller would program that one).
+            if port_open("127.0.0.1", self.grpc_port) and listens_on(self.proc.pid, self.grpc_port):
                 return self
             time.sleep(0.05)
         self.stop()
