@@ -85,7 +85,7 @@ def admission(job_id: int, worker_id: int | None, port: int, addr: int | str) ->
     return Admission(job_id, worker_id, port, value)
 
 
-Peers = dict[tuple[str, int], tuple[str, "int | None"]]
+Peers = dict[tuple[str, int], tuple[str, int | None]]
 
 
 def _peers(topo: Topology) -> Peers:
