@@ -49,6 +49,11 @@ def configure(pipeline) -> None:
         mac = int(MAC[port].replace(":", ""), 16)
         lpm.insert(((addr, 32),), P + "ipv4_forward", (mac, port))
     pipeline.tables[P + "jobs"].insert((JOB_ID,), P + "set_job", (0, 0, HOT_KEYS))
+    from bench.switch_bench import WORKERS  # the stream's workers, all from host 1 on port 1
+
+    src = int.from_bytes(bytes(map(int, IP[1].split("."))), "big")
+    for worker in range(WORKERS):
+        pipeline.tables[P + "worker_admission"].insert((JOB_ID, worker, 1, src), P + "admit", ())
     for i in range(MAX_ENTRIES):
         t = pipeline.tables[f"{P}lookup{i}.hot_keys"]
         for key in range(HOT_KEYS):

@@ -142,6 +142,7 @@ def _configure_switch(grpc_addr: str, device_config: bytes) -> dict:
     from controller.hot_keys import HotKeys
     from controller.jobs import Jobs
     from controller.p4info import P4Info
+    from controller.tenancy import Tenancy, admission
 
     p4info = P4Info.from_file(REPO_ROOT / "p4src" / "hotagg.p4info.txtpb")
     with SwitchClient(grpc_addr, wait=10.0).connect() as client:
@@ -157,6 +158,8 @@ def _configure_switch(grpc_addr: str, device_config: bytes) -> dict:
         ]
         Forwarding(client, p4info).install(routes)
         job = Jobs(client, p4info).add(JOB_ID, HOT_KEYS)
+        # Tenancy: the stream's workers all send from host 1 on port 1.
+        Tenancy(client, p4info).admit(admission(JOB_ID, w, 1, IP[1]) for w in range(WORKERS))
         start = time.perf_counter()
         report = HotKeys(client, p4info).install(job, range(HOT_KEYS))
         seconds = time.perf_counter() - start

@@ -63,6 +63,8 @@ CPU_PORT = _p4("CPU_PORT")
 STATS_SIZE = _p4("STATS_SIZE")
 DROP_SCALE = _p4("DROP_SCALE")  # drop_sim rate unit: probability * DROP_SCALE
 IPV4_LPM_SIZE = _p4("IPV4_LPM_SIZE")
+WORKER_ADMISSION_SIZE = _p4("WORKER_ADMISSION_SIZE")
+PS_ADMISSION_SIZE = _p4("PS_ADMISSION_SIZE")
 
 # Ops (OP_* of types.p4; OP_MAX is the largest valid op, not an op).
 Op = IntEnum(

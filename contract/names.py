@@ -32,6 +32,8 @@ def _pinned(macro: str) -> str:
 TABLE_IPV4_LPM = _pinned("TABLE_IPV4_LPM")
 TABLE_JOBS = _pinned("TABLE_JOBS")
 TABLE_DROP_SIM = _pinned("TABLE_DROP_SIM")
+TABLE_WORKER_ADMISSION = _pinned("TABLE_WORKER_ADMISSION")
+TABLE_PS_ADMISSION = _pinned("TABLE_PS_ADMISSION")
 # Actions
 ACTION_IPV4_FORWARD = _pinned("ACTION_IPV4_FORWARD")
 ACTION_SEND_TO_CPU = _pinned("ACTION_SEND_TO_CPU")
@@ -39,6 +41,8 @@ ACTION_DROP = _pinned("ACTION_DROP")
 ACTION_SET_JOB = _pinned("ACTION_SET_JOB")
 ACTION_UNKNOWN_JOB = _pinned("ACTION_UNKNOWN_JOB")
 ACTION_SET_DROP_RATE = _pinned("ACTION_SET_DROP_RATE")
+ACTION_ADMIT = _pinned("ACTION_ADMIT")
+ACTION_REFUSE = _pinned("ACTION_REFUSE")
 # Counter (one cell per contract.constants.Stat)
 COUNTER_STATS = _pinned("COUNTER_STATS")
 # Registers

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from contract.constants import KEY_MAX
+from contract.constants import KEY_MAX, MAX_WORKERS
 from contract.p4files import P4INFO_PATH
 from controller import commands
 from controller.errors import (
@@ -44,6 +44,7 @@ from controller.errors import (
     TableFull,
     UnknownJob,
 )
+from controller.tenancy import PORT_MAX
 
 DEFAULT_P4INFO = P4INFO_PATH
 
@@ -91,6 +92,21 @@ def key_list(text: str) -> list[int]:
 
 def job_id(text: str) -> int:
     return _int_in("--job-id", text, 0, 0xFFFF)
+
+
+def worker_id(text: str) -> int:
+    return _int_in("--worker-id", text, 0, MAX_WORKERS - 1)
+
+
+def port(text: str) -> int:
+    return _int_in("--port", text, 0, PORT_MAX)
+
+
+def host_list(text: str) -> list[str]:
+    hosts = [h for h in text.split(",") if h]
+    if not hosts:
+        raise BadInput("--ps: no host given")
+    return hosts
 
 
 def device_id(text: str) -> int:
@@ -242,6 +258,39 @@ def build_parser() -> argparse.ArgumentParser:
     rm.add_argument("--job-id", type=job_id, required=True, metavar="ID")
     rm.set_defaults(func=commands.job_remove)
     job.add_parser("list", help="configured jobs").set_defaults(func=commands.job_list)
+
+    ten = verbs("tenancy", "which (port, address) may act for a job's workers and PS")
+    ti = ten.add_parser("install", help="admit a job's workers and PS from a topology.json")
+    ti.add_argument(
+        "--topo", type=Path, required=True, metavar="FILE", help="topology.json, or star:N ..."
+    )
+    ti.add_argument("--switch", required=True, help="switch name in the topology, e.g. s1")
+    ti.add_argument("--job-id", type=job_id, required=True, metavar="ID")
+    ti.add_argument(
+        "--workers", type=positive, metavar="N", help="the first N worker hosts (default: all)"
+    )
+    ti.add_argument("--ps", type=host_list, metavar="H[,H]", help="PS host(s), as make run's PS=")
+    ti.add_argument("--replace", action="store_true", help="also revoke the job's others")
+    ti.add_argument("--dry-run", action="store_true", help="print the admissions only")
+    ti.set_defaults(func=commands.tenancy_install)
+    for verb, help_, func in (
+        ("admit", "admit one (port, address) for a worker or the PS", commands.tenancy_admit),
+        ("revoke", "revoke one admission", commands.tenancy_revoke),
+    ):
+        one = ten.add_parser(verb, help=help_)
+        one.add_argument("--job-id", type=job_id, required=True, metavar="ID")
+        who = one.add_mutually_exclusive_group(required=True)
+        who.add_argument("--worker-id", type=worker_id, metavar="N")
+        who.add_argument("--ps", action="store_true", help="the job's PS (COLLECT, WRITEBACK)")
+        one.add_argument("--port", type=port, required=True, help="switch ingress port")
+        one.add_argument("--addr", required=True, metavar="IPV4", help="source address")
+        one.set_defaults(func=func)
+    tl = ten.add_parser("list", help="admissions (of one job)")
+    tl.add_argument("--job-id", type=job_id, metavar="ID")
+    tl.set_defaults(func=commands.tenancy_list)
+    tc = ten.add_parser("clear", help="revoke every admission (of one job)")
+    tc.add_argument("--job-id", type=job_id, metavar="ID")
+    tc.set_defaults(func=commands.tenancy_clear)
 
     hk = verbs("hotkeys", "hot-key tables (all 8 instances)")
     hi = hk.add_parser("install", help="make keys hot (from --keys or from --stats)")

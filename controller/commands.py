@@ -12,7 +12,7 @@ from typing import Any
 from contract.constants import DROP_SCALE
 from controller.client import SwitchClient
 from controller.drop_sim import DropSim
-from controller.errors import BadInput, PipelineMismatch
+from controller.errors import BadInput, NotFound, PipelineMismatch
 from controller.forwarding import Forwarding, compute_routes, load_routes_topology
 from controller.hot_keys import HotKeys
 from controller.hotset import choose, combine, load_stats
@@ -29,6 +29,7 @@ from controller.online import (
 )
 from controller.p4info import P4Info
 from controller.stats import Stats
+from controller.tenancy import Admission, Tenancy, admission, admissions_from_topology
 
 Output = tuple[Any, str]
 
@@ -169,9 +170,11 @@ def job_remove(s: Session) -> Output:
     jobs = Jobs(s.client, s.p4info())
     jobs.get(s.args.job_id)  # UnknownJob before touching anything
     evicted = HotKeys(s.client, s.p4info()).clear(s.args.job_id)
+    revoked = Tenancy(s.client, s.p4info()).clear(s.args.job_id)
     job = jobs.remove(s.args.job_id)
-    return {**job.as_dict(), "hot_keys_evicted": evicted}, (
-        f"job {job.job_id} removed ({evicted} hot keys evicted). Its index and slots keep their "
+    return {**job.as_dict(), "hot_keys_evicted": evicted, "admissions_revoked": revoked}, (
+        f"job {job.job_id} removed ({evicted} hot keys evicted, {revoked} admissions revoked). "
+        "Its index and slots keep their "
         "dedup and sum registers, which P4Runtime cannot reset on BMv2: run 'pipeline push' "
         "before a job reuses them."
     )
@@ -182,6 +185,69 @@ def job_list(s: Session) -> Output:
     rows = [(j.job_id, j.job_index, j.slot_base, j.slot_count) for j in jobs]
     text = table(["job_id", "index", "slot_base", "slots"], rows) if jobs else "no jobs"
     return [j.as_dict() for j in jobs], text
+
+
+# --- tenancy ---
+
+
+def tenancy_install(s: Session) -> Output:
+    """Admit the job's workers and PS from a topology: workers in the experiment's order
+    (hosts of role worker, the first --workers of them, worker id = position)."""
+    a = s.args
+    topo = load_routes_topology(a.topo)
+    if a.ps:
+        try:
+            topo = topo.with_parameter_servers(a.ps)
+        except (KeyError, ValueError) as e:
+            raise BadInput(f"--ps: {e}") from None
+    workers = [h.name for h in topo.workers]
+    if a.workers is not None:
+        if a.workers > len(workers):
+            raise BadInput(f"--workers {a.workers}: {a.topo} has {len(workers)} worker hosts")
+        workers = workers[: a.workers]
+    ps = [h.name for h in topo.parameter_servers]
+    wanted = admissions_from_topology(topo, a.switch, a.job_id, workers, ps)
+    data: dict[str, Any] = {"switch": a.switch, "admissions": [x.as_dict() for x in wanted]}
+    lines = [str(x) for x in wanted]
+    if not a.dry_run:
+        result = Tenancy(s.client, s.p4info()).install(a.job_id, wanted, a.replace)
+        data.update(result)
+        lines.append(
+            f"{a.switch}: job {a.job_id}, {len(wanted)} admissions ({result['inserted']} "
+            f"inserted, {result['kept']} kept, {result['deleted']} deleted)"
+        )
+    return data, "\n".join(lines) or "nothing to admit on this switch"
+
+
+def _one_admission(s: Session) -> Admission:
+    a = s.args
+    return admission(a.job_id, None if a.ps else a.worker_id, a.port, a.addr)
+
+
+def tenancy_admit(s: Session) -> Output:
+    adm = _one_admission(s)
+    n = Tenancy(s.client, s.p4info()).admit([adm])
+    return {**adm.as_dict(), "inserted": n}, f"{adm}: " + ("admitted" if n else "already admitted")
+
+
+def tenancy_revoke(s: Session) -> Output:
+    adm = _one_admission(s)
+    if not Tenancy(s.client, s.p4info()).revoke([adm]):
+        raise NotFound(f"{adm} is not admitted")
+    return {**adm.as_dict(), "deleted": 1}, f"{adm}: revoked"
+
+
+def tenancy_list(s: Session) -> Output:
+    adms = Tenancy(s.client, s.p4info()).list(s.args.job_id)
+    rows = [(x.job_id, x.who, x.port, x.as_dict()["addr"]) for x in adms]
+    text = table(["job_id", "who", "port", "addr"], rows) if adms else "no admissions"
+    return [x.as_dict() for x in adms], text
+
+
+def tenancy_clear(s: Session) -> Output:
+    n = Tenancy(s.client, s.p4info()).clear(s.args.job_id)
+    which = f"job {s.args.job_id}" if s.args.job_id is not None else "all jobs"
+    return {"deleted": n}, f"{which}: {n} admissions revoked"
 
 
 # --- hot keys ---

@@ -175,12 +175,13 @@ class Experiment:
         )
 
     def configure(self, hot_keys: list[int] | None) -> None:
-        """Fresh pipeline on every switch, routes, the job, the drop rate, and hot keys on
-        the aggregating switches."""
+        """Fresh pipeline on every switch, routes, the job and its admissions, the drop
+        rate, and hot keys on the aggregating switches."""
         from controller.drop_sim import DropSim
         from controller.forwarding import Forwarding, compute_routes
         from controller.hot_keys import HotKeys
         from controller.jobs import Jobs
+        from controller.tenancy import Tenancy, admissions_from_topology
 
         # The job gets as many slots as there are hot keys (at most HOT_SLOTS), so that the
         # PS collects no slot that can never hold a sum.
@@ -190,6 +191,11 @@ class Experiment:
             client.set_pipeline(self.p4info.message, self.device_config)
             Forwarding(client, self.p4info).install(compute_routes(self.topology, name))
             job = Jobs(client, self.p4info).add(JOB_ID, self.job_slots)
+            # Tenancy: the switch serves the job only from its hosts' (port, address).
+            workers = [h.name for h in self.topology.workers[: self.cfg.workers]]
+            ps = [h.name for h in self.topology.parameter_servers]
+            adms = admissions_from_topology(self.topology, name, JOB_ID, workers, ps)
+            Tenancy(client, self.p4info).admit(adms)
             DropSim(client, self.p4info).set(self.cfg.loss)
             if hot_keys and self.topology.switches[name].aggregate:
                 report = HotKeys(client, self.p4info).install(job, hot_keys)

@@ -30,6 +30,7 @@
 #include "include/hot_key_lookup.p4"
 #include "include/dedup.p4"
 #include "include/slot_store.p4"
+#include "include/tenancy.p4"
 
 control HotaggIngress(inout headers_t hdr,
                       inout local_metadata_t meta,
@@ -56,6 +57,7 @@ control HotaggIngress(inout headers_t hdr,
     Dedup() dedup;
     SlotStore(stats) slots;
     FromController() from_controller;
+    Admission() admission;
 
     @hidden
     action count_and_drop(stat_t reason) {
@@ -140,7 +142,7 @@ control HotaggIngress(inout headers_t hdr,
             }
 
             // Steps 4-5, requests only, in this order: MALFORMED (parser error, version, UDP
-            // length), UNKNOWN_OP, then UNKNOWN_JOB.
+            // length), UNKNOWN_OP, UNKNOWN_JOB, then FOREIGN_WORKER / FOREIGN_PS (tenancy).
             if (meta.is_hotagg && !meta.dropped && hdr.udp.dstPort == HOTAGG_PORT) {
                 if (standard_metadata.parser_error != error.NoError ||
                     !hdr.hotagg.isValid() ||
@@ -154,6 +156,22 @@ control HotaggIngress(inout headers_t hdr,
                     job_table.apply(hdr.hotagg.job_id, meta.job);
                     if (!meta.job.found) {
                         count_and_drop(STAT_UNKNOWN_JOB);
+                    } else {
+                        // Step 5b, tenancy: only from the (port, address) admitted for the
+                        // job's worker (worker ops) or its PS (COLLECT, WRITEBACK).
+                        bool ps_op = hdr.hotagg.op == OP_COLLECT ||
+                                     hdr.hotagg.op == OP_WRITEBACK;
+                        bool admitted;
+                        admission.apply(hdr.hotagg.job_id, hdr.hotagg.worker_id,
+                                        standard_metadata.ingress_port, hdr.ipv4.srcAddr,
+                                        ps_op, admitted);
+                        if (!admitted) {
+                            if (ps_op) {
+                                count_and_drop(STAT_FOREIGN_PS);
+                            } else {
+                                count_and_drop(STAT_FOREIGN_WORKER);
+                            }
+                        }
                     }
                 }
             }

@@ -160,6 +160,30 @@ def describe() -> Program:
                 direct_counter=n.hits_counter(i),
             )
         )
+    # Admission (tenancy.p4), instantiated after the lookups: its objects come last.
+    prog.actions += [Action(n.ACTION_ADMIT), Action(n.ACTION_REFUSE)]
+    admission = ((n.ACTION_ADMIT, False), (n.ACTION_REFUSE, True))
+    prog.tables += [
+        Table(
+            n.TABLE_WORKER_ADMISSION,
+            keys=(
+                ("job_id", 16, "EXACT"),
+                ("worker_id", 16, "EXACT"),
+                ("ingress_port", 9, "EXACT"),
+                ("src_addr", 32, "EXACT"),
+            ),
+            actions=admission,
+            default=(n.ACTION_REFUSE, ()),
+            size=c.WORKER_ADMISSION_SIZE,
+        ),
+        Table(
+            n.TABLE_PS_ADMISSION,
+            keys=(("job_id", 16, "EXACT"), ("ingress_port", 9, "EXACT"), ("src_addr", 32, "EXACT")),
+            actions=admission,
+            default=(n.ACTION_REFUSE, ()),
+            size=c.PS_ADMISSION_SIZE,
+        ),
+    ]
     prog.counters.append(Counter(n.COUNTER_STATS, c.STATS_SIZE))
     prog.registers += [
         Register(n.REGISTER_DEDUP_SEQ, 32, c.DEDUP_SIZE),

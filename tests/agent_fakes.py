@@ -225,11 +225,21 @@ class PipelineSwitch:
         self.p = pipeline if pipeline is not None else Pipeline(seed=1)
         self.job_id, self.lock = job_id, threading.Lock()
         self.hot_at: list[dict[int, int]] = [{} for _ in range(MAX_ENTRIES)]
+        addrs = []
         for ip, port, _ in (self.CLIENT, self.PS):
             addr = int.from_bytes(bytes(int(x) for x in ip.split(".")), "big")
             self.p.tables[P + "ipv4_lpm"].insert(((addr, 32),), P + "ipv4_forward", (port, port))
+            addrs.append((addr, port))
         if job is not None:
             self.p.tables[P + "jobs"].insert((job_id,), P + "set_job", job)
+        # Tenancy: the relay frames every request as CLIENT, a worker's (whatever its id)
+        # and the PS's COLLECT and WRITEBACK alike.
+        client, client_port = addrs[0]
+        admit = P + "admit"
+        for worker in range(MAX_WORKERS):
+            key = (job_id, worker, client_port, client)
+            self.p.tables[P + "worker_admission"].insert(key, admit, ())
+        self.p.tables[P + "ps_admission"].insert((job_id, client_port, client), admit, ())
         if hot:
             self.set_hot(hot)
 

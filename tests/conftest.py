@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -24,8 +25,14 @@ from tests.packet_harness import N_PORTS, Ports, host_ip, host_mac, unique_prefi
 from topologies.netns import VethNet
 from topologies.switches import REPO_ROOT, SwitchProcess, SwitchStartError, bmv2_missing
 
+if TYPE_CHECKING:
+    from controller.tenancy import Admission
+
 BMV2_JSON = REPO_ROOT / "build" / "hotagg.json"
 TEST_JOBS = {1: 64, 2: 64}  # job id -> slot count
+# Tenancy of the packet harness: (job id, worker id or None for the PS, host = port).
+# h1 and h2 are job 1's workers 0 and 1, h4 is job 2's worker 0, h3 is both jobs' PS.
+TEST_ADMISSIONS = ((1, 0, 1), (1, 1, 2), (1, None, 3), (2, 0, 4), (2, None, 3))
 
 
 def root_missing() -> str | None:
@@ -60,7 +67,7 @@ class SwitchUnderTest:
 
     def reset(self) -> None:
         """Fresh pipeline (clears tables, registers, counters on both targets), then the
-        routes to the four hosts, two jobs and a drop rate of 0."""
+        routes to the four hosts, two jobs with their admissions and a drop rate of 0."""
         from controller.drop_sim import DropSim
         from controller.forwarding import Forwarding, Route
         from controller.jobs import Jobs
@@ -78,8 +85,31 @@ class SwitchUnderTest:
         Forwarding(self.client, self.p4info).install(routes)
         jobs = Jobs(self.client, self.p4info)
         self.jobs = {job_id: jobs.add(job_id, slots) for job_id, slots in TEST_JOBS.items()}
+        for job_id, worker_id, host in TEST_ADMISSIONS:
+            self.admit(job_id, worker_id, host)
         DropSim(self.client, self.p4info).set(0.0)
         self.ports.drain()
+
+    def admission(
+        self, job_id: int, worker_id: int | None, port: int, host: int | None = None
+    ) -> Admission:
+        """Host `host` (default: the one on `port`) as the job's worker `worker_id`, or as
+        its PS with worker_id None, arriving on `port`."""
+        from controller.tenancy import admission
+
+        return admission(job_id, worker_id, port, host_ip(port if host is None else host))
+
+    def admit(self, job_id: int, worker_id: int | None, port: int, host: int | None = None) -> None:
+        from controller.tenancy import Tenancy
+
+        Tenancy(self.client, self.p4info).admit([self.admission(job_id, worker_id, port, host)])
+
+    def revoke(
+        self, job_id: int, worker_id: int | None, port: int, host: int | None = None
+    ) -> None:
+        from controller.tenancy import Tenancy
+
+        Tenancy(self.client, self.p4info).revoke([self.admission(job_id, worker_id, port, host)])
 
     def slot_count(self, job_id: int) -> int:
         return self.jobs[job_id].slot_count

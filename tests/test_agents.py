@@ -468,10 +468,15 @@ class VethSwitch:
     host 1; hot sets are written over P4Runtime, one lookup instance at a time as given."""
 
     def __init__(self, sut, job_id: int, slots: int, hot: dict[int, int]) -> None:
+        from contract.constants import MAX_WORKERS
         from controller.jobs import Jobs
+        from controller.tenancy import Tenancy
 
         self.sut, self.job_id = sut, job_id
         Jobs(sut.client, sut.p4info).add(job_id, slots)
+        # Every request enters from host 1 (process()): admit it as each worker and the PS.
+        admissions = [sut.admission(job_id, w, 1) for w in range(MAX_WORKERS)]
+        Tenancy(sut.client, sut.p4info).admit([*admissions, sut.admission(job_id, None, 1)])
         self.hot_at: list[dict[int, int]] = [{} for _ in range(8)]
         self.set_hot(hot)
 

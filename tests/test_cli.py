@@ -59,7 +59,10 @@ def test_workflow_in_human_and_json_form(capsys, monkeypatch, bare_switch: Switc
         (1, 16): (1,),
         (1, 9): (2,),
     }
-    s.pipeline.process(1, push_frame(1, [16, 16, 16]))
+    rc, out, _ = ctl(capsys, a, "tenancy", "admit", "--job-id", "1", "--worker-id", "0",
+                     "--port", "1", "--addr", "10.0.0.1")  # fmt: skip
+    assert rc == 0 and out.strip() == "job 1 worker 0: port 1, 10.0.0.1: admitted"
+    s.pipeline.process(1, push_frame(1, [16, 16, 16]))  # worker 0 of job 1, from 10.0.0.1
     rc, out, _ = ctl(capsys, a, "--json", "hotkeys", "list", "--job-id", "1")
     rows = {r["key"]: r for r in json.loads(out)}
     assert rc == 0 and rows[16]["packets"] == 3 and rows[16]["offset"] == 1 and rows[7]["complete"]
@@ -86,10 +89,51 @@ def test_workflow_in_human_and_json_form(capsys, monkeypatch, bare_switch: Switc
     rc, out, _ = ctl(capsys, a, "hotkeys", "evict", "--job-id", "1", "--keys", "-")
     assert rc == 0 and len(s.hot(0)) == 2
     rc, out, _ = ctl(capsys, a, "job", "remove", "--job-id", "1")
-    assert rc == 0 and "2 hot keys evicted" in out
+    assert rc == 0 and "2 hot keys evicted, 1 admissions revoked" in out
+    assert len(s.pipeline.tables["HotaggIngress.worker_admission"]) == 0
     assert len(s.hot(3)) == 0 and len(s.pipeline.tables["HotaggIngress.jobs"]) == 0
     rc, out, _ = ctl(capsys, a, "--json", "job", "list")
     assert rc == 0 and json.loads(out) == []
+
+
+def test_tenancy_from_a_topology_and_by_hand(capsys, switch: Switch) -> None:
+    a, t = switch.addr, switch.pipeline.tables
+    topo = str(REPO / "topologies" / "star.json")
+    install = ["tenancy", "install", "--topo", topo, "--switch", "s1", "--job-id", "3"]
+    rc, out, _ = ctl(capsys, a, *install, "--workers", "2", "--dry-run")
+    assert rc == 0 and out.splitlines() == [
+        "job 3 ps: port 5, 10.0.0.5",
+        "job 3 worker 0: port 1, 10.0.0.1",
+        "job 3 worker 1: port 2, 10.0.0.2",
+    ] and len(t["HotaggIngress.worker_admission"]) == 0  # fmt: skip
+    rc, out, _ = ctl(capsys, a, *install, "--workers", "2")
+    assert rc == 0 and "3 admissions (3 inserted, 0 kept, 0 deleted)" in out
+    assert {e.match for e in t["HotaggIngress.ps_admission"].entries()} == {(3, 5, 0x0A000005)}
+    # PS=h4 as make run takes it: h4 becomes the PS, the others workers in name order.
+    rc, out, _ = ctl(capsys, a, "--json", *install, "--ps", "h4", "--replace")
+    data = json.loads(out)
+    assert rc == 0 and (data["inserted"], data["kept"], data["deleted"]) == (3, 2, 1)
+    assert [(x["role"], x["port"]) for x in data["admissions"]] == [
+        ("ps", 4), ("worker", 1), ("worker", 2), ("worker", 3), ("worker", 5)
+    ]  # fmt: skip
+    rc, out, _ = ctl(capsys, a, "tenancy", "list", "--job-id", "3")
+    assert rc == 0 and re.search(r"3\s+worker 3\s+5\s+10\.0\.0\.5", out)
+    one = ["--job-id", "3", "--ps", "--port", "4", "--addr", "10.0.0.4"]
+    rc, out, _ = ctl(capsys, a, "tenancy", "revoke", *one)
+    assert rc == 0 and out == "job 3 ps: port 4, 10.0.0.4: revoked\n"
+    rc, _, err = ctl(capsys, a, "tenancy", "revoke", *one)
+    assert rc == 9 and "is not admitted" in one_line_error(err)
+    rc, _, err = ctl(capsys, a, "tenancy", "admit", "--job-id", "3", "--worker-id", "64",
+                     "--port", "1", "--addr", "10.0.0.1")  # fmt: skip
+    assert rc == 5 and "--worker-id: 64 is not in 0..63" in one_line_error(err)
+    rc, _, err = ctl(capsys, a, "tenancy", "admit", "--job-id", "3", "--ps", "--port", "1",
+                     "--addr", "10.0.0")  # fmt: skip
+    assert rc == 5 and "not an IPv4 address" in one_line_error(err)
+    rc, _, err = ctl(capsys, a, *install, "--workers", "9")
+    assert rc == 5 and "has 4 worker hosts" in one_line_error(err)
+    rc, out, _ = ctl(capsys, a, "tenancy", "clear")
+    assert rc == 0 and "all jobs: 4 admissions revoked" in out
+    assert ctl(capsys, a, "tenancy", "list")[1].strip() == "no admissions"
 
 
 def test_hot_set_from_statistics(capsys, tmp_path: Path, switch: Switch) -> None:
@@ -120,6 +164,8 @@ def test_hot_set_from_statistics(capsys, tmp_path: Path, switch: Switch) -> None
     assert {e.match[1] for e in switch.hot(7).entries()} == {0, 1, 2, 3, 4}
     # Key 99 is the coldest in the file, but the switch counted many hits for it.
     ctl(capsys, a, "hotkeys", "install", "--job-id", "1", "--keys", "99")
+    ctl(capsys, a, "tenancy", "admit", "--job-id", "1", "--worker-id", "0", "--port", "1",
+        "--addr", "10.0.0.1")  # fmt: skip
     for seq in range(1, 201):
         switch.pipeline.process(1, push_frame(1, [99], seq=seq))
     rc, out, _ = ctl(capsys, a, "--json", "hotkeys", "install", "--job-id", "1", "--stats",

@@ -46,6 +46,7 @@ from controller.hot_keys import HotKeys
 from controller.jobs import Jobs
 from controller.p4info import P4Info
 from controller.stats import Stats
+from controller.tenancy import Admission, Tenancy, admission, admissions_from_topology
 from softswitch.p4rt import P4RuntimeServer
 from softswitch.pipeline import Pipeline
 from softswitch.state import Table
@@ -386,6 +387,7 @@ def test_hit_counters_sum_over_instances(client: SwitchClient, switch: Switch) -
     job = Jobs(client, switch.p4info).add(1, 8)
     hot = HotKeys(client, switch.p4info)
     hot.install(job, [5, 6])
+    Tenancy(client, switch.p4info).admit([admission(1, 0, 1, "10.0.0.1")])  # push_frame's
     frame = push_frame(1, [5, 6, 5, 77])  # 77 is cold
     switch.pipeline.process(1, frame)
     by_key = {hk.key: hk for hk in hot.list(1, counters=True)}
@@ -480,3 +482,64 @@ def test_install_2000_hot_keys_rate(client: SwitchClient, switch: Switch) -> Non
     assert report.entries_written == 2000 * INSTANCES
     assert all(len(switch.hot(i)) == 2000 for i in range(INSTANCES))
     print(f"\ninstalled 2000 hot keys x {INSTANCES} tables: {16000 / elapsed:.0f} entries/s")
+
+
+# --- tenancy ---
+
+
+def test_tenancy_from_the_leaf_spine_admits_each_host_where_it_arrives() -> None:
+    topo = load_routes_topology(REPO / "topologies" / "leafspine.json")
+    workers, ps = [h.name for h in topo.workers], [h.name for h in topo.parameter_servers]
+    got = {s: [str(a) for a in admissions_from_topology(topo, s, 7, workers, ps)]
+           for s in topo.switches}  # fmt: skip
+    # h3, h4 (workers 2, 3) hang off s2 and reach s1 through the spine s3 (s1 port 4).
+    assert got == {
+        "s1": ["job 7 ps: port 3, 10.0.1.5", "job 7 worker 0: port 1, 10.0.1.1",
+               "job 7 worker 1: port 2, 10.0.1.2", "job 7 worker 2: port 4, 10.0.2.3",
+               "job 7 worker 3: port 4, 10.0.2.4"],
+        "s2": ["job 7 worker 2: port 1, 10.0.2.3", "job 7 worker 3: port 2, 10.0.2.4"],
+        "s3": ["job 7 worker 2: port 2, 10.0.2.3", "job 7 worker 3: port 2, 10.0.2.4"],
+    }  # fmt: skip
+    with pytest.raises(BadInput, match="no switch 's9'"):
+        admissions_from_topology(topo, "s9", 7, workers, ps)
+    with pytest.raises(BadInput, match="no host 'h9'"):
+        admissions_from_topology(topo, "s1", 7, ["h9"], ps)
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ((1, 64, 1, "10.0.0.1"), "worker id 64"),
+        ((1, 0, 512, "10.0.0.1"), "port 512"),
+        ((1 << 16, 0, 1, "10.0.0.1"), "job id"),
+        ((1, None, 1, "10.0.0.300"), "not an IPv4 address"),
+    ],
+)
+def test_admission_refuses_what_the_switch_could_not_use(args, message) -> None:
+    with pytest.raises(BadInput, match=message):
+        admission(*args)
+
+
+def test_tenancy_install_list_revoke_and_clear(client: SwitchClient, switch: Switch) -> None:
+    ten = Tenancy(client, switch.p4info)
+    job1 = [admission(1, 0, 1, "10.0.0.1"), admission(1, 1, 2, "10.0.0.2"),
+            admission(1, None, 3, "10.0.0.3")]  # fmt: skip
+    other = admission(2, 0, 1, "10.0.0.1")
+    assert ten.install(1, job1) == {"inserted": 3, "kept": 0, "deleted": 0}
+    assert ten.install(1, job1) == {"inserted": 0, "kept": 3, "deleted": 0}  # idempotent
+    assert ten.admit([other, job1[0]]) == 1
+    assert ten.list(1) == sorted(job1, key=lambda a: (a.worker_id is not None, a.worker_id or 0))
+    assert ten.list() == [*ten.list(1), other]
+    # What the data plane holds, through the P4Runtime server.
+    t = switch.pipeline.tables
+    assert {e.match for e in t["HotaggIngress.ps_admission"].entries()} == {(1, 3, 0x0A000003)}
+    assert len(t["HotaggIngress.worker_admission"]) == 3
+    # replace: the job's other admissions go, another job's stay.
+    moved = [admission(1, 0, 4, "10.0.0.1"), job1[2]]
+    assert ten.install(1, moved, replace=True) == {"inserted": 1, "kept": 1, "deleted": 2}
+    assert set(ten.list()) == {*moved, other}
+    assert ten.revoke([moved[0], job1[1]]) == 1
+    assert ten.clear(1) == 1 and ten.list() == [other]
+    with pytest.raises(BadInput, match="another job"):
+        ten.install(1, [other])
+    assert Admission(2, 0, 1, 0x0A000001) == other and other.as_dict()["addr"] == "10.0.0.1"

@@ -18,6 +18,12 @@ Left out, because the targets cannot agree on them by construction:
   and the registers make the outputs depend on that order. Bursts never mix ingress ports;
 - frames shorter than 14 bytes: the kernel refuses to send them into a veth at all.
 
+Tenancy: the controller admits some (job, worker, port, address) and (job, PS, port, address)
+tuples and not others (`admit_initial`), the frames come from admitted and non-admitted
+(port, source address) pairs (a worker's port with its own address, another host's port,
+a spoofed address), and the admissions change mid-run (`WRITES`), including both tables'
+default turned to admit and back.
+
 HOTAGG_DIFF_SEED picks another sequence and HOTAGG_DIFF_FRAMES its length, e.g.
 `HOTAGG_DIFF_SEED=7 HOTAGG_DIFF_FRAMES=5000 pytest tests/test_differential.py`.
 """
@@ -106,15 +112,52 @@ def serve_unknown_jobs(sut: SwitchUnderTest) -> None:
     sut.client.write_entries("modify", [entry])
 
 
+WORKERS = {W1: (JOB, (0, 2)), W2: (JOB, (1, 3)), W4: (OTHER_JOB, (0, 1))}  # port -> job, ids
+
+# Admissions besides conftest.TEST_ADMISSIONS (job 1's workers 0 and 1 on ports 1 and 2, job
+# 2's worker 0 on port 4, h3 both jobs' PS): (job, worker id or None for the PS, port, host).
+# Job 1's worker 3 (port 2) and job 2's worker 1 (port 4) start without one.
+ADMISSIONS = ((JOB, 2, W1, W1), (3, 0, W1, W1), (3, None, PS, PS), (4, 1, W2, W2))
+ADMISSION_TABLES = ("HotaggIngress.worker_admission", "HotaggIngress.ps_admission")
+
+
+def admit_initial(sut: SwitchUnderTest) -> None:
+    """The ADMISSIONS, as raw entries (jobs 3 and 4 are raw too, past what the controller
+    allocates)."""
+    for job, worker, port, host in ADMISSIONS:
+        sut.admit(job, worker, port, host)
+
+
+def move_admissions(sut: SwitchUnderTest) -> None:
+    """Mid-run: job 1's worker 3 is admitted on port 2, worker 2 loses port 1, job 2's PS
+    moves from h3 to h4's port with h3's address."""
+    sut.admit(JOB, 3, W2)
+    sut.revoke(JOB, 2, W1)
+    sut.revoke(OTHER_JOB, None, PS)
+    sut.admit(OTHER_JOB, None, W4, host=PS)
+
+
+def admission_default(action: str):
+    """Both admission tables' default action: admit turns tenancy off, refuse back on."""
+
+    def write(sut: SwitchUnderTest) -> None:
+        entries = [sut.p4info.default_entry(t, f"HotaggIngress.{action}") for t in ADMISSION_TABLES]
+        sut.client.write_entries("modify", entries)
+
+    return write
+
+
 # Controller writes during the sequence, to both targets before the frame at that fraction
 # of it. A drop rate of 1 (65536/65536) drops every hotagg packet on both, deterministically.
 WRITES = (
+    (0.35, move_admissions),
     (0.5, move_hot_keys),
     (0.6, lambda sut: sut.drop_rate(1.0)),
     (0.63, lambda sut: sut.drop_rate(0.0)),
     (0.7, serve_unknown_jobs),
+    (0.8, admission_default("admit")),
+    (0.9, admission_default("refuse")),
 )
-WORKERS = {W1: (JOB, (0, 2)), W2: (JOB, (1, 3)), W4: (OTHER_JOB, (0, 1))}  # port -> job, ids
 
 # --- the frame sequence ------------------------------------------------------------------
 
@@ -279,6 +322,10 @@ class FrameGen:
         history.append(data)
         return data, kind
 
+    def worker_of(self, port: int) -> int:
+        """A worker id the port's host has (or had, or will have) an admission for."""
+        return self.rng.choice(WORKERS.get(port, (JOB, (0, 1, 2, 3)))[1])
+
     def pull(self, port: int) -> tuple[bytes, str]:
         job = self.job(WORKERS.get(port, (JOB,))[0])
         keys = [(k, self.rng.choice((0, 0, 0, self.value()))) for k, _ in self.entries(job)]
@@ -293,6 +340,7 @@ class FrameGen:
             seq=self.rng.randint(0, 50),
             iteration=self.iteration_near(),
             job_id=job,
+            worker_id=self.worker_of(port),
             **self.header_noise(),
         )
         return data, "pull"
@@ -351,6 +399,7 @@ class FrameGen:
             seq=self.rng.randint(0, 100),
             iteration=self.iteration_near(),
             job_id=job,
+            worker_id=self.worker_of(port),
             **self.header_noise(),
         )
         return data, f"pass {op.name}"
@@ -454,7 +503,12 @@ class FrameGen:
     def one(self, port: int) -> tuple[bytes, str]:
         makers = (self.push, self.pull, self.passing, self.collect, self.writeback, self.invalid)
         weights = (10, 5, 15, 30, 20, 20) if port == PS else (50, 15, 5, 5, 5, 20)
-        return self.rng.choices(makers, weights)[0](port)
+        data, kind = self.rng.choices(makers, weights)[0](port)
+        if self.rng.random() < 0.08 and len(data) >= 34 and data[12:14] == b"\x08\x00":
+            # Another host's source address on this port (a spoofer, or a stale admission).
+            host = self.rng.choice([h for h in PORTS if h != port])
+            data, kind = ip_checksum(patch(data, 26, bytes([10, 0, 0, host]))), kind + ", spoofed"
+        return data, kind
 
     def packet_out(self) -> Frame:
         """A PacketOut from the controller: some frame, to some (or no) port."""
@@ -700,6 +754,7 @@ def configure(targets: list[Target]) -> None:
             for addr, plen, action, port in ROUTES
         ]
         t.sut.client.write_entries("insert", [*raw_jobs, to_cpu, *routes])
+        admit_initial(t.sut)
         for job, offsets in HOT.items():
             t.sut.hot(job, offsets)
         t.restart()
@@ -819,6 +874,8 @@ def test_targets_agree_on_a_long_random_sequence(targets):
             "NO_ROUTE",
             "BAD_SLOT",
             "PASS",
+            "FOREIGN_WORKER",
+            "FOREIGN_PS",
         ):
             assert stats[name][0] > 0, f"the sequence never caused {name}"
 

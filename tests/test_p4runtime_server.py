@@ -520,10 +520,17 @@ def test_counters_and_direct_counters_after_packets(ready):
     job.action.action.action_id = ids.action(a)
     for name, v in (("job_index", 0), ("slot_base", 0), ("slot_count", 100)):
         job.action.action.params.add(param_id=ids.param(a, name), value=bytes([v]))
+    t = f"{P}worker_admission"  # push_frame's worker 1, 10.0.0.1 on port 1 (tenancy)
+    admit = p4runtime_pb2.TableEntry(table_id=ids.table(t))
+    for name, v in (("job_id", b"\x01"), ("worker_id", b"\x01"), ("ingress_port", b"\x01"),
+                    ("src_addr", bytes([10, 0, 0, 1]))):  # fmt: skip
+        admit.match.add(field_id=ids.field(t, name)).exact.value = v
+    admit.action.action.action_id = ids.action(f"{P}admit")
     write_batch(
         sw,
         [
             (Update.INSERT, job),
+            (Update.INSERT, admit),
             (Update.INSERT, hot_entry(ids, 1, 11, 3)),
             (Update.INSERT, hot_entry(ids, 1, 12, 4)),
             (Update.INSERT, route_entry(ids, bytes([10, 0, 0, 3]), 32, 3)),

@@ -241,6 +241,7 @@ def test_index_layouts_follow_sizes():
     largest = (s["DEDUP_JOB_MASK"] << s["DEDUP_JOB_SHIFT"]) | (
         s["DEDUP_WORKER_MASK"] << s["DEDUP_WORKER_SHIFT"]) | s["DEDUP_SEQ_MASK"]  # fmt: skip
     assert largest == s["DEDUP_SIZE"] - 1
+    assert s["WORKER_ADMISSION_SIZE"] == s["MAX_JOBS"] * s["MAX_WORKERS"]  # one per worker
     assert s["UDP_HEADER_LEN"] + s["HEADER_LEN"] + s["MAX_ENTRIES"] * s["ENTRY_LEN"] + 34 == 158
 
 

@@ -334,6 +334,7 @@ def _malformed_cases():
         "op 11": (good[:43] + b"\x0b" + good[44:], Stat.UNKNOWN_OP),
         "unknown job": (push(W1, 1, [(10, 1)], job=999), Stat.UNKNOWN_JOB),
         "worker 64": (push(W1, 1, [(10, 1)], worker=64), Stat.BAD_WORKER),
+        "worker 64, not admitted": (push(W1, 1, [(10, 1)], worker=64), Stat.FOREIGN_WORKER),
     }
     return cases
 
@@ -341,6 +342,16 @@ def _malformed_cases():
 @pytest.mark.parametrize("case", list(_malformed_cases()))
 def test_malformed_input_is_dropped_and_counted(sut, case):
     sut.hot(JOB, {10: 0})
+    if case == "worker 64":
+        # Admitted by a raw entry (the controller refuses worker ids >= 64): BAD_WORKER is
+        # what stops it then.
+        entry = sut.p4info.table_entry(
+            "HotaggIngress.worker_admission",
+            {"job_id": JOB, "worker_id": 64, "ingress_port": W1, "src_addr": 0x0A000001},
+            "HotaggIngress.admit",
+            {},
+        )
+        sut.client.write_entries("insert", [entry])
     data, reason = _malformed_cases()[case]
     before = sut.stats()
     assert sut.ports.exchange(W1, data) == []
@@ -400,3 +411,125 @@ def test_sums_stay_exact_under_duplicates_hot_set_changes_and_overflow(sut):
     assert {k: v for k, v in ps.items() if v} == {k: v for k, v in truth.items() if v}
     stats = sut.stats()  # the run went through every path it is meant to test
     assert stats[Stat.PUSH_DUP] and stats[Stat.OVERFLOW] and stats[Stat.SLOT_CONFLICT]
+
+
+# --- tenancy: forged traffic from hosts of another job (docs/design.md §2, "Tenancy") ---
+
+
+def forged(sut, port: int, data: bytes, reason: Stat) -> None:
+    """`data` sent on `port` is dropped, counted once under `reason` and nothing else but
+    the drop simulator's draw (rate 0: none) changes a stat."""
+    before = sut.stats()
+    assert sut.ports.exchange(port, data) == []
+    after = sut.stats()
+    assert {s: after[s] - before[s] for s in Stat if after[s] != before[s]} == {reason: 1}
+
+
+def test_push_with_an_unused_worker_id_from_another_port_is_dropped(sut):
+    sut.hot(JOB, {10: 0})
+    # h4 (job 2's worker) pushes into job 1 as worker 5, which no host is admitted for.
+    forged(sut, W4, push(W4, 1, [(10, 1000)], worker=5), Stat.FOREIGN_WORKER)
+    # ... as job 1's worker 0, with its own address, then with h1's (the port gives it away).
+    forged(sut, W4, push(W4, 1, [(10, 1000)], worker=0), Stat.FOREIGN_WORKER)
+    forged(sut, W4, push(W1, 1, [(10, 1000)], worker=0), Stat.FOREIGN_WORKER)
+    # h1 as job 1's worker 1 (h2's id) from its own port: admitted for 0, not for 1.
+    forged(sut, W1, push(W1, 1, [(10, 1000)], worker=1), Stat.FOREIGN_WORKER)
+    only(sut.ports.exchange(W1, push(W1, 1, [(10, 5)])), W1)
+    only(sut.ports.exchange(W2, push(W2, 1, [(10, 7)])), W2)
+    assert collect(sut, 1) == {10: 12}
+
+
+def test_forged_next_seq_from_another_port_leaves_the_real_push_counted_once(sut):
+    sut.hot(JOB, {10: 0})
+    # The forger sends worker 0's next seq first, from h4's port with h1's address: without
+    # tenancy the switch would take its value and ack the real push as a duplicate.
+    forged(sut, W4, push(W1, 1, [(10, 1000)]), Stat.FOREIGN_WORKER)
+    forged(sut, W4, push(W1, 1, [(10, 1000), (500, 1)]), Stat.FOREIGN_WORKER)
+    before = sut.stats()
+    ack = only(sut.ports.exchange(W1, push(W1, 1, [(10, 5)])), W1).agg
+    assert ack.op == Op.PUSH_ACK and ack.mask == 1
+    after = sut.stats()
+    assert after[Stat.PUSH] - before[Stat.PUSH] == 1
+    assert after[Stat.PUSH_DUP] == before[Stat.PUSH_DUP]
+    assert after[Stat.HOT_APPLIED] - before[Stat.HOT_APPLIED] == 1
+    assert collect(sut, 1) == {10: 5}
+
+
+def test_seq_far_ahead_from_another_port_does_not_make_real_pushes_stale(sut):
+    sut.hot(JOB, {10: 0})
+    for seq in (1 + 2**31, 2 + 2**31, 2**32 - 1):
+        forged(sut, W4, push(W1, seq, [(10, 1)]), Stat.FOREIGN_WORKER)
+    before = sut.stats()
+    for seq, value in ((1, 5), (2, 6), (63, 7)):
+        only(sut.ports.exchange(W1, push(W1, seq, [(10, value)])), W1)
+    after = sut.stats()
+    assert after[Stat.PUSH_STALE] == before[Stat.PUSH_STALE]
+    assert collect(sut, 1) == {10: 18}
+
+
+def writeback(sut, port: int, src: int, entries, iteration: int, job: int = JOB):
+    return sut.ports.exchange(
+        port, frame(src, W1, Op.WRITEBACK, entries, iteration=iteration, job_id=job)
+    )
+
+
+def test_forged_writeback_does_not_poison_the_cache(sut):
+    sut.hot(JOB, {10: 0, 11: 1})
+    only(writeback(sut, PS, PS, [(10, 100)], iteration=1), PS)
+    # A worker of the job, another job's host, and another job's host with the PS's address.
+    for port, src in ((W1, W1), (W4, W4), (W4, PS)):
+        data = frame(src, W1, Op.WRITEBACK, [(10, 666), (11, 666)], iteration=1, job_id=JOB)
+        forged(sut, port, data, Stat.FOREIGN_PS)
+    hit = pull(sut, [10], iteration=1)
+    assert hit.port == W1 and [(e.key, e.value) for e in hit.agg.entries] == [(10, 100)]
+    miss = pull(sut, [11], iteration=1)  # never written by the PS: the PS answers
+    assert miss.port == PS and miss.agg.mask == 0
+
+
+def test_foreign_collect_reveals_and_changes_nothing(sut):
+    sut.hot(JOB, {10: 0})
+    only(writeback(sut, PS, PS, [(10, 100)], iteration=1), PS)
+    only(sut.ports.exchange(W1, push(W1, 1, [(10, 4)])), W1)
+    # h4, job 2's worker, asks for job 1's sums, with a refresh, and to untag its cache;
+    # then with the PS's address from its own port.
+    for port, src, mask, flags in (
+        (W4, W4, 0, 0),
+        (W4, W4, 1, 0),
+        (W4, W4, 1, FLAG_INVALIDATE),
+        (W4, PS, 1, FLAG_INVALIDATE),
+        (W2, W2, 1, FLAG_INVALIDATE),  # a worker of the job itself
+    ):
+        data = frame(
+            src, W1, Op.COLLECT, [(10, 0)], seq=1, iteration=1, job_id=JOB, mask=mask, flags=flags
+        )
+        forged(sut, port, data, Stat.FOREIGN_PS)
+    # The cache is still tagged 1 (not refreshed, not untagged), and the PS's own COLLECT
+    # gets the exact sum and refreshes it.
+    assert [(e.key, e.value) for e in pull(sut, [10], iteration=1).agg.entries] == [(10, 100)]
+    reply = collect_reply(sut, 1, [(10, 0)], mask=1)
+    assert reply.mask == 1 and reply.cached == 1
+    assert [(e.key, e.value) for e in reply.entries] == [(10, 4)]
+    assert [(e.key, e.value) for e in pull(sut, [10], iteration=2).agg.entries] == [(10, 96)]
+    # Job 2's PS (h3) is admitted for job 2 only on port 3: job 2's sums stay its own too.
+    forged(sut, W4, frame(W4, W1, Op.COLLECT, [(0, 0)], iteration=1, job_id=OTHER_JOB),
+           Stat.FOREIGN_PS)  # fmt: skip
+
+
+def test_every_worker_op_needs_the_workers_admission_and_changes_apply_at_once(sut):
+    sut.hot(JOB, {10: 0})
+    for op in (Op.PULL, Op.DONE, Op.PUSH_ACK, Op.COLLECT_REPLY):
+        data = frame(W4, PS, op, [(10, 0)], seq=1, iteration=1, job_id=JOB, worker_id=1)
+        forged(sut, W4, data, Stat.FOREIGN_WORKER)
+    sut.revoke(JOB, 1, W2)
+    forged(sut, W2, push(W2, 1, [(10, 7)]), Stat.FOREIGN_WORKER)
+    # h2's address admitted on port 4 instead: the same frame passes there (its ack follows
+    # the route to h2's address), not on port 2.
+    sut.admit(JOB, 1, W4, host=W2)
+    assert only(sut.ports.exchange(W4, push(W2, 1, [(10, 7)])), W2).agg.op == Op.PUSH_ACK
+    forged(sut, W2, push(W2, 2, [(10, 7)]), Stat.FOREIGN_WORKER)
+    # The PS's admission is per job: revoked for job 1, h3 still collects job 2.
+    sut.revoke(JOB, None, PS)
+    forged(sut, PS, frame(PS, W1, Op.COLLECT, [(0, 0)], iteration=1, job_id=JOB), Stat.FOREIGN_PS)
+    assert collect(sut, 1, job=OTHER_JOB) == {}
+    sut.admit(JOB, None, PS)
+    assert collect(sut, 1) == {10: 7}

@@ -2,6 +2,9 @@
 
 Host i sits on port i with IP 10.0.0.i; h3 is the PS. Job 1 (index 0) owns slots 0..63 with
 hot keys 100..107 at offsets 0..7; job 2 (index 1) owns slots 64..127 with the same keys.
+The `p` fixture turns tenancy off (both admission tables default to admit), so that the
+tests of the other steps may send any frame from any port; the tenancy tests at the end use
+the default-deny pipeline as a switch starts.
 """
 
 from __future__ import annotations
@@ -96,6 +99,8 @@ def p() -> Pipeline:
     t[P + "jobs"].insert((2,), P + "set_job", (1, 64, 64))
     for job in (1, 2):
         set_hot(p, job, {k: k - 100 for k in HOT})
+    for table in ("worker_admission", "ps_admission"):
+        t[P + table].set_default(P + "admit", ())
     return p
 
 
@@ -759,6 +764,77 @@ def test_reset_forgets_everything(p):
     assert not any(p.stats_packets) and all(len(t) == 0 for t in p.tables.values())
     assert p.process(1, frame(entries=[(100, 1)], seq=2)) == []  # no job, no route
     assert stats(p) == {"UNKNOWN_JOB": 1}
+    for table in ("worker_admission", "ps_admission"):  # tenancy back on
+        assert p.tables[P + table].default() == (P + "refuse", ())
+
+
+# --- tenancy (step 5b) ---
+
+
+def ip(i: int) -> int:
+    return 0x0A000000 + i
+
+
+@pytest.fixture
+def closed(p: Pipeline) -> Pipeline:
+    """`p` with tenancy on, as a switch starts (default refuse): job 1's worker 1 is h1 on
+    port 1, its PS h3 on port 3; job 2 has no admissions."""
+    for table in ("worker_admission", "ps_admission"):
+        p.tables[P + table].reset_default()
+    p.tables[P + "worker_admission"].insert((1, 1, 1, ip(1)), P + "admit", ())
+    p.tables[P + "ps_admission"].insert((1, PS, ip(PS)), P + "admit", ())
+    return p
+
+
+def test_tenancy_admits_only_the_installed_job_worker_port_and_address(closed):
+    p = closed
+    assert agg(only(p.process(1, frame(entries=[(100, 1)])), 1)).op == Op.PUSH_ACK
+    dedup = list(p.dedup_seq)
+    forged = [  # each differs from the admission in one part
+        (2, frame(entries=[(100, 50)], seq=2)),  # port
+        (1, frame(entries=[(100, 50)], seq=2, src=2, worker_id=1)),  # address
+        (1, frame(entries=[(100, 50)], seq=2, worker_id=2)),  # worker id
+        (1, frame(entries=[(100, 50)], seq=2, job_id=2)),  # job (known, nobody admitted)
+        (2, frame(Op.PULL, [(100, 0)], src=2, worker_id=1)),  # every worker op, not just PUSH
+        (4, frame(Op.DONE, [], src=4, worker_id=1)),
+        (PS, frame(Op.PULL, [(100, 0)], src=PS, worker_id=1)),  # the PS is no worker
+    ]
+    for port, data in forged:
+        assert p.process(port, data) == []
+    assert stats(p) == {"PUSH": 1, "HOT_APPLIED": 1, "PUSH_SWITCH_ACK": 1, "FOREIGN_WORKER": 7}
+    assert p.dedup_seq == dedup and agg_at(p, 1, 0) == (1, 100, 1)
+
+
+def test_tenancy_takes_collect_and_writeback_only_from_the_jobs_ps(closed):
+    p = closed
+    wb = frame(Op.WRITEBACK, [(100, 7)], src=PS, dst=1, iteration=1)
+    co = frame(Op.COLLECT, [(100, 0)], src=PS, dst=1, iteration=1, mask=1, flags=FLAG_INVALIDATE)
+    for port, data in (
+        (1, wb), (1, co),  # the PS's address from a worker's port
+        (1, frame(Op.WRITEBACK, [(100, 7)], iteration=1)),  # a worker, as itself
+        (PS, frame(Op.COLLECT, [(100, 0)], src=PS, job_id=2)),  # the PS of job 1 for job 2
+    ):  # fmt: skip
+        assert p.process(port, data) == []
+    assert stats(p) == {"FOREIGN_PS": 4} and cache_at(p, 0) == (0, 0, 0)
+    assert agg(only(p.process(PS, wb), PS)).mask == 1 and cache_at(p, 0) == (100, 7, 1)
+    assert agg(only(p.process(PS, co), PS)).op == Op.COLLECT_REPLY and p.cache_iter[0] == 0
+
+
+def test_tenancy_comes_after_the_checks_of_form_and_job_and_spares_replies(closed):
+    p = closed
+    bad_version = bytearray(frame(entries=[(100, 1)], src=4, worker_id=9))
+    bad_version[42] = 2
+    assert p.process(4, bytes(bad_version)) == []
+    assert p.process(4, frame(entries=[(100, 1)], src=4, job_id=9)) == []
+    assert stats(p) == {"MALFORMED": 1, "UNKNOWN_JOB": 1}
+    # A reply from the PS (source port 18497) is not a request: routed as before.
+    reply = frame(Op.PUSH_ACK, [], src=PS, dst=2, sport=HOTAGG_PORT, dport=40002, worker_id=5)
+    assert only(p.process(PS, reply), 2)[14:] != b""
+    # A default action of admit turns tenancy off, for every job and op.
+    p.tables[P + "worker_admission"].set_default(P + "admit", ())
+    assert agg(only(p.process(4, frame(entries=[(100, 1)], src=4, job_id=2)), 4)).mask == 1
+    assert p.process(1, frame(Op.COLLECT, [(0, 0)], src=1, dst=PS)) == []
+    assert stats(p)["FOREIGN_PS"] == 1
 
 
 def test_hot_push_rate_floor(p):

@@ -275,8 +275,17 @@ def test_register():
 
 def test_schema_objects():
     tables = schema.build_tables()
-    assert len(tables) == 3 + 8
+    assert len(tables) == 3 + 8 + 2
     assert tables[P + "lookup7.hot_keys"].has_direct_counter
+    workers, ps = tables[P + "worker_admission"], tables[P + "ps_admission"]
+    assert [(f.name, f.bitwidth) for f in workers.fields] == [
+        ("job_id", 16), ("worker_id", 16), ("ingress_port", 9), ("src_addr", 32)
+    ]  # fmt: skip
+    assert [(f.name, f.bitwidth) for f in ps.fields] == [
+        ("job_id", 16), ("ingress_port", 9), ("src_addr", 32)
+    ]  # fmt: skip
+    assert workers.default() == ps.default() == (P + "refuse", ())  # default deny
+    assert workers.default_only == ps.default_only == {P + "refuse"}
     assert not tables[P + "jobs"].has_direct_counter
     regs = schema.build_registers()
     assert (regs[P + "agg_key"].size, regs[P + "agg_key"].bitwidth) == (32768, 64)

@@ -23,11 +23,15 @@
 #define HOTAGG_ID_ACTION_SET_JOB 0x01000004  // HotaggIngress.set_job
 #define HOTAGG_ID_ACTION_UNKNOWN_JOB 0x01000005  // HotaggIngress.unknown_job
 #define HOTAGG_ID_ACTION_SET_DROP_RATE 0x01000006  // HotaggIngress.set_drop_rate
+#define HOTAGG_ID_ACTION_ADMIT 0x01000007  // HotaggIngress.admit
+#define HOTAGG_ID_ACTION_REFUSE 0x01000008  // HotaggIngress.refuse
 
 // Tables (0x02)
 #define HOTAGG_ID_TABLE_IPV4_LPM 0x02000001  // HotaggIngress.ipv4_lpm
 #define HOTAGG_ID_TABLE_JOBS 0x02000002  // HotaggIngress.jobs
 #define HOTAGG_ID_TABLE_DROP_SIM 0x02000003  // HotaggIngress.drop_sim
+#define HOTAGG_ID_TABLE_WORKER_ADMISSION 0x02000004  // HotaggIngress.worker_admission
+#define HOTAGG_ID_TABLE_PS_ADMISSION 0x02000005  // HotaggIngress.ps_admission
 
 // Counters (0x12)
 #define HOTAGG_ID_COUNTER_STATS 0x12000001  // HotaggIngress.stats
@@ -44,7 +48,7 @@
 #define HOTAGG_ID_REGISTER_CACHE_ITER 0x16000007  // HotaggIngress.cache_iter
 #define HOTAGG_ID_REGISTER_CACHE_KEY 0x16000008  // HotaggIngress.cache_key
 
-// Next free: action 0x01000007, table 0x02000004, counter 0x12000002,
+// Next free: action 0x01000009, table 0x02000006, counter 0x12000002,
 // direct counter 0x13000001, register 0x16000009.
 
 #endif  /* HOTAGG_IDS_P4 */

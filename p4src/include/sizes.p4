@@ -32,7 +32,11 @@ const bit<16> MAX_WORKERS = 64;
 const bit<32> DEDUP_SIZE = 65536;
 
 const bit<32> IPV4_LPM_SIZE = 1024;
-const bit<32> STATS_SIZE = 32;       // stats reasons 0..21 plus room to grow
+// Tenancy (tenancy.p4): one (ingress port, source address) per worker of every job
+// (= MAX_JOBS * MAX_WORKERS), and up to 4 PS hosts (shards) per job.
+const bit<32> WORKER_ADMISSION_SIZE = 1024;
+const bit<32> PS_ADMISSION_SIZE = 64;
+const bit<32> STATS_SIZE = 32;       // stats reasons 0..23 plus room to grow
 // drop_sim rate unit: rate = probability * DROP_SCALE; r is drawn from [0, DROP_SCALE - 1].
 const bit<32> DROP_SCALE = 65536;
 

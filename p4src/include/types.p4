@@ -81,6 +81,10 @@ const stat_t STAT_CACHE_WRITE = 18;
 const stat_t STAT_NO_ROUTE = 19;
 const stat_t STAT_BAD_SLOT = 20;
 const stat_t STAT_PASS = 21;
+// Tenancy (tenancy.p4): a request of a known job from a (ingress port, IPv4 source) the
+// controller did not admit; dropped before any register is read or written.
+const stat_t STAT_FOREIGN_WORKER = 22;  // a worker op not from that (job, worker id)'s admission
+const stat_t STAT_FOREIGN_PS = 23;      // COLLECT or WRITEBACK not from the job's PS
 
 /* ---- parser errors ---- */
 // count > MAX_ENTRIES: the parser rejects before walking past the header stack. v1model

@@ -29,6 +29,8 @@ class Pipeline:
         self.t_jobs = self.tables[names.TABLE_JOBS]
         self.t_drop = self.tables[names.TABLE_DROP_SIM]
         self.t_hot = tuple(self.tables[t] for t in names.HOT_KEYS_TABLES)
+        self.t_worker_admission = self.tables[names.TABLE_WORKER_ADMISSION]
+        self.t_ps_admission = self.tables[names.TABLE_PS_ADMISSION]
         stats = self.counters[names.COUNTER_STATS]
         self.stats_packets = stats.packets
         self.stats_bytes = stats.bytes

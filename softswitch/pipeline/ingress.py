@@ -1,4 +1,4 @@
-"""HotaggIngress.apply: the order of checks of docs/design.md section 2, steps 1-7."""
+"""HotaggIngress.apply: the order of checks of docs/design.md section 2, steps 1-7 (and 5b)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from softswitch.pipeline.parser import (
     ENTRIES,
     HA,
     HOTAGG,
+    IP_SRC,
     MIN_IPV4,
     MIN_UDP,
     PROTO_UDP,
@@ -29,6 +30,7 @@ from softswitch.pipeline.parser import (
 )
 from softswitch.pipeline.pull import pull
 from softswitch.pipeline.push import push
+from softswitch.pipeline.tenancy import admitted
 from softswitch.pipeline.writeback import writeback
 
 if TYPE_CHECKING:
@@ -39,6 +41,8 @@ UNKNOWN_OP = Stat.UNKNOWN_OP.value
 UNKNOWN_JOB = Stat.UNKNOWN_JOB.value
 SIM_DROP = Stat.SIM_DROP.value
 PASS = Stat.PASS.value
+FOREIGN_WORKER = Stat.FOREIGN_WORKER.value
+FOREIGN_PS = Stat.FOREIGN_PS.value
 OP_PUSH = Op.PUSH.value
 OP_PULL = Op.PULL.value
 OP_COLLECT = Op.COLLECT.value
@@ -98,6 +102,15 @@ def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
         sb[UNKNOWN_JOB] += n
         return []
     job = rec[1]
+    # step 5b, tenancy (tenancy.py): from the (port, address) admitted for the job's worker
+    # (worker ops) or its PS (COLLECT, WRITEBACK), before any register is touched
+    ps_op = op in (OP_COLLECT, OP_WRITEBACK)
+    src = int.from_bytes(frame[IP_SRC : IP_SRC + 4], "big")
+    if not admitted(p, ps_op, job_id, worker, ingress_port, src):
+        reason = FOREIGN_PS if ps_op else FOREIGN_WORKER
+        sp[reason] += 1
+        sb[reason] += n
+        return []
     # step 6
     if op == OP_PUSH:
         return push(p, frame, n, count, job_id, job, worker, seq, it, ingress_port)

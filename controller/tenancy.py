@@ -1,0 +1,217 @@
+"""Tenancy (p4src/include/tenancy.p4): where each job's workers and PS may send from.
+
+`HotaggIngress.worker_admission` (job_id, worker_id, ingress_port, src_addr) and
+`HotaggIngress.ps_admission` (job_id, ingress_port, src_addr), action `admit`, default
+`refuse`: the switch processes a worker op (PUSH, PULL, DONE ...) of a job only from a (port,
+IPv4 source) admitted for that (job, worker id), and a COLLECT or WRITEBACK only from one
+admitted as the job's PS; everything else is dropped and counted FOREIGN_WORKER or
+FOREIGN_PS. A job without admissions is served to no one, so whoever adds a job admits its
+hosts too (`admissions_from_topology`, or `hotagg-ctl tenancy install`).
+
+The switch's tables are the only record, read on every call, as for jobs and hot keys.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from p4.v1 import p4runtime_pb2
+
+from contract import names
+from contract.constants import MAX_WORKERS
+from controller.client import SwitchClient
+from controller.errors import BadInput
+from controller.forwarding import Route, TopologyError, compute_routes
+from controller.p4info import P4Info
+from topologies.topology import Topology
+
+WORKER_TABLE = names.TABLE_WORKER_ADMISSION
+PS_TABLE = names.TABLE_PS_ADMISSION
+ADMIT = names.ACTION_ADMIT
+PORT_MAX = (1 << 9) - 1  # v1model port_t
+
+
+@dataclass(frozen=True, order=True)
+class Admission:
+    """One (port, address) a job's worker (worker_id set) or PS (worker_id None) may use."""
+
+    job_id: int
+    worker_id: int | None
+    port: int
+    addr: int  # IPv4 address as an int
+
+    @property
+    def is_ps(self) -> bool:
+        return self.worker_id is None
+
+    @property
+    def who(self) -> str:
+        return "ps" if self.is_ps else f"worker {self.worker_id}"
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} {self.who}: port {self.port}, {ipaddress.IPv4Address(self.addr)}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "job_id": self.job_id,
+            "role": "ps" if self.is_ps else "worker",
+            "worker_id": self.worker_id,
+            "port": self.port,
+            "addr": str(ipaddress.IPv4Address(self.addr)),
+        }
+
+
+def parse_addr(text: str) -> int:
+    try:
+        return int(ipaddress.IPv4Address(text))
+    except ValueError:
+        raise BadInput(f"{text!r} is not an IPv4 address") from None
+
+
+def admission(job_id: int, worker_id: int | None, port: int, addr: int | str) -> Admission:
+    """A checked Admission; `worker_id` None admits the job's PS."""
+    if not 0 <= job_id <= 0xFFFF:
+        raise BadInput(f"job id {job_id} is not in 0..65535")
+    # A worker id the switch refuses anyway (BAD_WORKER) is a mistake, not an admission.
+    if worker_id is not None and not 0 <= worker_id < MAX_WORKERS:
+        raise BadInput(f"worker id {worker_id} is not in 0..{MAX_WORKERS - 1}")
+    if not 0 <= port <= PORT_MAX:
+        raise BadInput(f"port {port} is not in 0..{PORT_MAX}")
+    value = parse_addr(addr) if isinstance(addr, str) else addr
+    if not 0 <= value < 1 << 32:
+        raise BadInput(f"address {addr!r} is not an IPv4 address")
+    return Admission(job_id, worker_id, port, value)
+
+
+Peers = dict[tuple[str, int], tuple[str, int | None]]
+
+
+def _peers(topo: Topology) -> Peers:
+    """(switch, port) -> (node, port) at the link's other end; port None for a host."""
+    peer: Peers = {}
+    for link in topo.links:
+        if link.is_host_link:
+            peer[(link.node2, link.port2)] = (link.node1, None)  # type: ignore[index]
+        else:
+            peer[(link.node1, link.port1)] = (link.node2, link.port2)  # type: ignore[index]
+            peer[(link.node2, link.port2)] = (link.node1, link.port1)  # type: ignore[index]
+    return peer
+
+
+def _hops(
+    topo: Topology, peers: Peers, routes: dict[str, list[Route]], src: str, dst: str
+) -> list[tuple[str, int]]:
+    """(switch, ingress port) of every switch a packet from host `src` to host `dst` crosses,
+    following the routes the controller installs (controller/forwarding.py)."""
+    dst_ip = int(ipaddress.IPv4Address(topo.hosts[dst].ip))
+    here, port = topo.attachment(src)
+    hops = []
+    for _ in range(len(topo.switches)):
+        hops.append((here, port))
+        if here not in routes:
+            routes[here] = compute_routes(topo, here)
+        route = next((r for r in routes[here] if r.prefix == dst_ip), None)
+        if route is None:
+            raise TopologyError(f"{here} has no route from {src} to {dst}")
+        nxt, nxt_port = peers.get((here, route.port), (None, None))
+        if nxt is None:
+            raise TopologyError(f"{here} port {route.port} (toward {dst}) is not cabled")
+        if nxt_port is None:
+            return hops  # reached a host: dst, by construction of the routes
+        here, port = nxt, nxt_port
+    raise TopologyError(f"the routes from {src} to {dst} loop")
+
+
+def admissions_from_topology(
+    topo: Topology, switch: str, job_id: int, workers: Sequence[str], ps: Sequence[str]
+) -> list[Admission]:
+    """What `switch` admits for `job_id`: worker i (host workers[i]) on each port it reaches
+    `switch` by on its way to every PS, and each PS host on the switch it is cabled to (which
+    answers its COLLECT and WRITEBACK). Sorted, without duplicates."""
+    if switch not in topo.switches:
+        raise TopologyError(f"no switch {switch!r} in {topo.source} (have {sorted(topo.switches)})")
+    for host in (*workers, *ps):
+        if host not in topo.hosts:
+            raise TopologyError(f"no host {host!r} in {topo.source} (have {sorted(topo.hosts)})")
+    peers, routes = _peers(topo), {}
+    out: set[Admission] = set()
+    for worker_id, host in enumerate(workers):
+        addr = topo.hosts[host].ip
+        for server in ps:
+            for sw, port in _hops(topo, peers, routes, host, server):
+                if sw == switch:
+                    out.add(admission(job_id, worker_id, port, addr))
+    for server in ps:
+        sw, port = topo.attachment(server)
+        if sw == switch:
+            out.add(admission(job_id, None, port, topo.hosts[server].ip))
+    return sorted(out, key=_order)
+
+
+def _order(a: Admission) -> tuple:
+    return (a.job_id, a.worker_id is not None, a.worker_id or 0, a.port, a.addr)
+
+
+class Tenancy:
+    """The two admission tables of one switch."""
+
+    def __init__(self, client: SwitchClient, p4info: P4Info) -> None:
+        self.client = client
+        self.p4info = p4info
+
+    def _entry(self, a: Admission, with_action: bool = True) -> p4runtime_pb2.TableEntry:
+        match: dict[str, int] = {"job_id": a.job_id, "ingress_port": a.port, "src_addr": a.addr}
+        if a.is_ps:
+            table = PS_TABLE
+        else:
+            table = WORKER_TABLE
+            match["worker_id"] = a.worker_id  # type: ignore[assignment]
+        return self.p4info.table_entry(table, match, ADMIT if with_action else None, {})
+
+    def list(self, job_id: int | None = None) -> list[Admission]:
+        out = []
+        for table in (PS_TABLE, WORKER_TABLE):
+            for entry in self.client.read_table(self.p4info.wildcard(table)):
+                m = self.p4info.decode_entry(entry).match
+                worker = int(m["worker_id"]) if "worker_id" in m else None  # type: ignore[arg-type]
+                a = Admission(int(m["job_id"]), worker, int(m["ingress_port"]), int(m["src_addr"]))  # type: ignore[arg-type]
+                if job_id is None or a.job_id == job_id:
+                    out.append(a)
+        return sorted(out, key=_order)
+
+    def admit(self, admissions: Iterable[Admission]) -> int:
+        """Insert the admissions the switch lacks; returns how many were inserted."""
+        have = set(self.list())
+        new = sorted(set(admissions) - have, key=_order)
+        self.client.write_entries("insert", [self._entry(a) for a in new])
+        return len(new)
+
+    def revoke(self, admissions: Iterable[Admission]) -> int:
+        """Delete those of `admissions` the switch has; returns how many were deleted."""
+        have = set(self.list())
+        gone = sorted(set(admissions) & have, key=_order)
+        self.client.write_entries("delete", [self._entry(a, False) for a in gone])
+        return len(gone)
+
+    def install(
+        self, job_id: int, admissions: Iterable[Admission], replace: bool = False
+    ) -> dict[str, int]:
+        """Make the switch admit `admissions` (all of job `job_id`); with `replace`, also
+        revoke the job's other admissions. Idempotent."""
+        wanted = set(admissions)
+        if any(a.job_id != job_id for a in wanted):
+            raise BadInput(f"admissions for another job than {job_id}")
+        have = set(self.list(job_id))
+        stale = sorted(have - wanted, key=_order) if replace else []
+        new = sorted(wanted - have, key=_order)
+        self.client.write_entries("delete", [self._entry(a, False) for a in stale])
+        self.client.write_entries("insert", [self._entry(a) for a in new])
+        return {"inserted": len(new), "kept": len(wanted & have), "deleted": len(stale)}
+
+    def clear(self, job_id: int | None = None) -> int:
+        """Revoke every admission (of one job); returns how many."""
+        gone = self.list(job_id)
+        self.client.write_entries("delete", [self._entry(a, False) for a in gone])
+        return len(gone)
