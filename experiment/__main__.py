@@ -4,7 +4,9 @@
     python -m experiment stop
 
 Exit codes: 0 done and exact, 1 the two modes' parameters differ, 2 bad options or missing
-prerequisites, 3 the run failed (the message says where; logs are in runs/<id>/).
+prerequisites, 3 the run failed (the message says where; logs are in runs/<id>/), 4 a process
+the run started (a switch, a PS shard or a worker) died: the message names it, its pid and
+exit code or signal, with the tail of its log.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from experiment.runner import (
     Experiment,
     ExperimentError,
     PreflightError,
+    ProcessDied,
     RunConfig,
     measured_stream_offset,
     say,
@@ -26,6 +29,7 @@ from experiment.runner import (
 from hosts.stats import dumps_strict
 
 WARMUP_STREAM_OFFSET = 1_000_000  # far beyond any measured iteration
+EXIT_PROCESS_DIED = 4  # a switch, PS shard or worker died during the run (ProcessDied)
 
 
 def positive(text: str) -> int:
@@ -371,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     except PreflightError as e:
         print(f"hotagg: error: {e}", file=sys.stderr)
         return 2
+    except ProcessDied as e:
+        print(f"hotagg: error: {e}", file=sys.stderr)
+        return EXIT_PROCESS_DIED
     except (ExperimentError, ControllerError) as e:
         print(f"hotagg: error: {e}", file=sys.stderr)
         return 3
