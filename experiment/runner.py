@@ -330,6 +330,7 @@ class Experiment:
         death (ProcessDied), not as an unreachable address."""
         from controller.errors import ControllerError
 
+        self.check_processes(when)
         try:
             yield
         except ControllerError:
