@@ -154,7 +154,7 @@ class SwitchClient:
             self._out.put(None)  # ends the lost stream's request iterator
             if answered:
                 pause = RECONNECT_FIRST
-                log.warning(
+                log.info(
                     "lost the P4Runtime stream to %s (%s); reconnecting",
                     self.addr,
                     self._stream_error or "closed by the switch",
@@ -182,7 +182,7 @@ class SwitchClient:
                     self.is_primary = msg.arbitration.status.code == code_pb2.OK
                     if not answered and self._established:
                         self.reconnects += 1
-                        log.warning(
+                        log.info(
                             "re-arbitrated with %s as %s",
                             self.addr,
                             "primary" if self.is_primary else "backup",

@@ -611,9 +611,17 @@ class Experiment:
             assert p.stdout is not None
             sel.register(p.stdout, selectors.EVENT_READ, p)
         open_streams = len(workers)
-        shown = -1
-        slowest = 0
         tty = sys.stdout.isatty()
+
+        def show(n: int) -> None:
+            bar = "#" * (20 * n // iterations)
+            end = "\r" if tty and n < iterations else "\n"
+            print(f"hotagg: {name:8s} [{bar:20s}] iteration {n}/{iterations}", end=end, flush=True)
+
+        # The start is shown at once: by the first look at their output the workers may
+        # be past iteration 0 already.
+        shown = slowest = 0
+        show(0)
         while open_streams:
             self.check_processes(f"{name} phase at iteration {slowest}/{iterations}", watched)
             for key, _ in sel.select(timeout=WATCH_INTERVAL):
@@ -624,14 +632,8 @@ class Experiment:
                 elif line.startswith("progress "):
                     done[id(key.data)] = int(line.split()[1].split("/")[0])
             slowest = min(done.values())
-            if slowest != shown and (tty or slowest in (iterations, 0) or slowest % 5 == 0):
-                bar = "#" * (20 * slowest // iterations)
-                end = "\r" if tty and slowest < iterations else "\n"
-                print(
-                    f"hotagg: {name:8s} [{bar:20s}] iteration {slowest}/{iterations}",
-                    end=end,
-                    flush=True,
-                )
+            if slowest != shown and (tty or slowest == iterations or slowest % 5 == 0):
+                show(slowest)
                 shown = slowest
 
     def close_clients(self) -> None:
