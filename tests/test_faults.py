@@ -21,11 +21,12 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from experiment.__main__ import EXIT_PROCESS_DIED
-from experiment.runner import ProcessDied, Watched, exit_description
+from experiment.runner import Experiment, ProcessDied, RunConfig, Watched, exit_description
 from tests.test_e2e import SMALL
 from topologies.network import DEFAULT_STATE_DIR, missing_prerequisites, switch_processes
 from topologies.switches import REPO_ROOT, bmv2_missing
@@ -71,6 +72,33 @@ def test_an_agent_that_finishes_is_not_a_failure_but_a_switch_is(tmp_path: Path)
     failed = subprocess.Popen(["false"])
     failed.wait()
     assert Watched("worker 0", failed, tmp_path / "x", may_finish=True).failed() == 1
+
+
+def test_a_p4runtime_failure_from_a_dead_switch_names_the_switch(tmp_path: Path) -> None:
+    """Between phases (configuring, reading counters) the death shows as a P4Runtime error;
+    the runner reports the switch instead, and passes other errors on unchanged."""
+    from controller.errors import SwitchUnreachable
+
+    log = tmp_path / "s1.log"
+    log.write_text("s1: ready\n")
+    proc = subprocess.Popen(["sleep", "30"])
+    switch = SimpleNamespace(process=SimpleNamespace(proc=proc, log_path=log))
+    exp = Experiment(RunConfig())
+    exp.topology = SimpleNamespace(switches={"s1": None})
+    exp.net = SimpleNamespace(switch=lambda name: switch)
+    try:
+        with pytest.raises(SwitchUnreachable), exp.naming_dead_switches("configuring"):
+            raise SwitchUnreachable("switch at 127.0.0.1:1 unreachable")  # alive: as it was
+        named = r"^configuring: embedded switch s1 \(pid \d+\) "
+        with pytest.raises(ProcessDied, match=named), exp.naming_dead_switches("configuring"):
+            proc.kill()
+            raise SwitchUnreachable("switch at 127.0.0.1:1 unreachable")
+        dead = pytest.raises(ProcessDied, match="was killed by SIGKILL")
+        with dead, exp.naming_dead_switches("reading the counters"):
+            pass  # known dead before the first RPC
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 # --- end to end: real runs ---------------------------------------------------------------
