@@ -147,6 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--keep", action="store_true", help="keep the network up after the run, until Ctrl-C"
     )
+    run.add_argument(
+        "--switch-restarts",
+        type=int,
+        default=d.switch_restarts,
+        metavar="N",
+        help="restart a switch that dies during a phase and run the phase again, up to N "
+        "times (default 0: the run ends with exit code 4)",
+    )
     sub.add_parser("stop", help="clean up whatever a run left behind")
     from experiment import sweep
 
@@ -366,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         grpc_base_port=args.grpc_base_port,
         intf_prefix=args.intf_prefix,
         keep=args.keep,
+        switch_restarts=args.switch_restarts,
         extra_workload_args=extra,
     )
     from controller.errors import ControllerError

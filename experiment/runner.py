@@ -46,12 +46,10 @@ class ProcessDied(ExperimentError):
 
     def __init__(self, when: str, watched: Watched, returncode: int) -> None:
         self.label, self.pid, self.returncode = watched.label, watched.pid, returncode
+        self.what = f"{when}: {watched.label} (pid {watched.pid}) {exit_description(returncode)}"
         tail = log_tail(watched.log, DIED_LOG_LINES)
         lines = "\n".join(f"  | {line}" for line in tail.splitlines())
-        super().__init__(
-            f"{when}: {watched.label} (pid {watched.pid}) {exit_description(returncode)}; "
-            f"the run stopped. Last lines of {watched.log}:\n{lines}"
-        )
+        super().__init__(f"{self.what}; the run stopped. Last lines of {watched.log}:\n{lines}")
 
 
 DIED_LOG_LINES = 8
@@ -111,6 +109,9 @@ class RunConfig:
     grpc_base_port: int = 50051
     intf_prefix: str = ""  # keeps switch interface names of concurrent runs apart
     keep: bool = False  # leave the network up after the run, until Ctrl-C
+    # A switch that dies during a phase is restarted and the phase run again, this many
+    # times per run at most (0: the run ends, ProcessDied).
+    switch_restarts: int = 0
     phase_timeout: float = 600.0
     extra_workload_args: list[str] = field(default_factory=list)
 
@@ -161,6 +162,8 @@ class Experiment:
         self.run_dir = Path()
         self.job_slots = cfg.hot_slots  # the job's slot count, set by configure()
         self.hot_offsets: dict[int, int] = {}  # hot key -> slot offset, set by configure()
+        self.hot_keys: list[int] | None = None  # as last configured, for a restarted switch
+        self.restarts: list[dict[str, Any]] = []  # switches restarted (--switch-restarts)
 
     # --- set-up ---
 
@@ -295,6 +298,7 @@ class Experiment:
         # PS collects no slot that can never hold a sum.
         self.job_slots = max(1, len(hot_keys)) if hot_keys else self.cfg.hot_slots
         self.hot_offsets: dict[int, int] = {}
+        self.hot_keys = hot_keys
         with self.naming_dead_switches("configuring the switches"):
             for name, client in self.clients.items():
                 client.set_pipeline(self.p4info.message, self.device_config)
@@ -448,6 +452,50 @@ class Experiment:
                 raise ExperimentError(why + " | ".join(err)) from None
 
     def run_phase(
+        self, name: str, iterations: int, collect: bool, stream_offset: int = 0
+    ) -> PhaseResult:
+        """Run one phase. With --switch-restarts, a switch that dies during it is started
+        again, configured as before (fresh pipeline, routes, job, hot keys at the same
+        slots) and the whole phase run again from iteration 1: the dead switch took the
+        phase's sums, cache and dedup state with it, and only a complete re-run gives the
+        phase's exact parameters and clean timings. The failed attempt's files are kept
+        in <phase>-failed-<n>/."""
+        while True:
+            try:
+                return self._run_phase_once(name, iterations, collect, stream_offset)
+            except ProcessDied as died:
+                switch = died.label.rpartition(" switch ")[2]
+                if switch not in self.topology.switches or (
+                    len(self.restarts) >= self.cfg.switch_restarts
+                ):
+                    raise
+                self.restart_switch(switch, name, died)
+
+    def restart_switch(self, switch: str, phase: str, died: ProcessDied) -> None:
+        """Start the dead switch again on its interfaces and port, configure every switch
+        as for the phase, and move the failed attempt aside."""
+        attempt = len(self.restarts) + 1
+        failed = self.run_dir / f"{phase}-failed-{attempt}"
+        (self.run_dir / phase).rename(failed)
+        process = self.net.switch(switch).process
+        process.log_path.rename(failed / process.log_path.name)  # the death's log
+        say(f"{died.what}; restarting it and the {phase} phase ({failed.name}/ has its log)")
+        process.start()
+        # The controller's session re-arbitrates by itself (controller/client.py); the
+        # other switches get a fresh pipeline too, as at the start of any phase.
+        self.configure(self.hot_keys)
+        self.restarts.append(
+            {
+                "switch": switch,
+                "phase": phase,
+                "pid": died.pid,
+                "returncode": died.returncode,
+                "failed_attempt": failed.name,
+            }
+        )
+        (self.run_dir / "restarts.json").write_text(json.dumps(self.restarts, indent=1) + "\n")
+
+    def _run_phase_once(
         self, name: str, iterations: int, collect: bool, stream_offset: int = 0
     ) -> PhaseResult:
         cfg = self.cfg

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -139,13 +140,27 @@ def _victim(victim: str, run_dir: Path, phase: str) -> tuple[int, str]:
     return pid, f"worker {worker} on"
 
 
-@pytest.mark.root
-@pytest.mark.e2e
-@pytest.mark.parametrize("target", ["embedded", "bmv2"])
-@pytest.mark.parametrize("victim", ["switch", "ps", "worker"])
-def test_a_process_killed_mid_phase_ends_the_run_in_seconds(
-    tmp_path: Path, target: str, victim: str
-) -> None:
+@dataclass
+class Killed:
+    """What happened to a run whose `victim` was killed at a random point of `phase`."""
+
+    draw: str  # the random choices, with the seed that replays them
+    phase: str
+    signal: signal.Signals
+    pid: int
+    label: str
+    rc: int
+    took: float  # seconds from the kill to the runner's exit
+    stdout: str
+    stderr: str
+    run_dir: Path
+    nodes: dict[str, int]  # Mininet node shells of the run
+    prefix: str  # the run's interface prefix
+
+
+def kill_during_run(tmp_path: Path, target: str, victim: str, *extra: str) -> Killed:
+    """Start a real `python -m experiment run`, kill the victim (switch, ps, worker) a
+    random 0.2-2 s into a random measured phase, and wait for the runner to exit."""
     if why := missing_prerequisites():
         pytest.skip(why)
     if target == "bmv2" and (why := bmv2_missing()):
@@ -161,7 +176,7 @@ def test_a_process_killed_mid_phase_ends_the_run_in_seconds(
     runs = tmp_path / "runs"
     where = ["--runs-dir", str(runs), "--grpc-base-port", "0", "--intf-prefix", prefix]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "experiment", "run", "--target", target, *RUN, *where],
+        [sys.executable, "-m", "experiment", "run", "--target", target, *RUN, *where, *extra],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -186,11 +201,11 @@ def test_a_process_killed_mid_phase_ends_the_run_in_seconds(
                 break
         time.sleep(delay)
         run_dir = (runs / "latest").resolve()
-        nodes = json.loads((DEFAULT_STATE_DIR / f"{run_dir.name}.json").read_text())
+        nodes = json.loads((DEFAULT_STATE_DIR / f"{run_dir.name}.json").read_text())["nodes"]
         pid, label = _victim(victim, run_dir, phase)
         os.kill(pid, sig)
         killed = time.monotonic()
-        rc = proc.wait(timeout=120)
+        rc = proc.wait(timeout=300)
         took = time.monotonic() - killed
     finally:
         if proc.poll() is None:
@@ -198,24 +213,80 @@ def test_a_process_killed_mid_phase_ends_the_run_in_seconds(
             proc.wait()
         for reader in readers:
             reader.join(10)
-    err = "".join(stderr)
-    assert rc == EXIT_PROCESS_DIED, f"{draw}: rc {rc}\n{''.join(out)[-1500:]}\n{err[-1500:]}"
-    assert took < ENDS_WITHIN, f"{draw}: the run took {took:.1f} s to end"
+    while (line := lines.get()) is not None:
+        out.append(line)
+    return Killed(
+        draw,
+        phase,
+        sig,
+        pid,
+        label,
+        rc,
+        took,
+        "".join(out),
+        "".join(stderr),
+        run_dir,
+        nodes,
+        prefix,
+    )
+
+
+def assert_nothing_left(run: Killed) -> None:
+    assert switch_processes(run.run_dir.name) == []
+    assert _pids_with(str(run.run_dir)) == []
+    for name, shell in run.nodes.items():
+        assert f"mininet:{name}" not in _cmdline(shell), f"{run.draw}: node {name} survived"
+    assert not [i for i in os.listdir("/sys/class/net") if i.startswith(run.prefix)]
+    assert not (DEFAULT_STATE_DIR / f"{run.run_dir.name}.json").exists()
+
+
+@pytest.mark.root
+@pytest.mark.e2e
+@pytest.mark.parametrize("target", ["embedded", "bmv2"])
+@pytest.mark.parametrize("victim", ["switch", "ps", "worker"])
+def test_a_process_killed_mid_phase_ends_the_run_in_seconds(
+    tmp_path: Path, target: str, victim: str
+) -> None:
+    run = kill_during_run(tmp_path, target, victim)
+    draw, err = run.draw, run.stderr
+    assert run.rc == EXIT_PROCESS_DIED, f"{draw}: rc {run.rc}\n{run.stdout[-1500:]}\n{err[-1500:]}"
+    assert run.took < ENDS_WITHIN, f"{draw}: the run took {run.took:.1f} s to end"
     errors = [line for line in err.splitlines() if line.startswith("hotagg: error:")]
     assert len(errors) == 1, f"{draw}: {err[-2000:]}"
     first = errors[0]
     assert re.match(
-        rf"hotagg: error: {phase} phase at iteration \d+/200: .*{label}.* \(pid {pid}\) "
-        r"(was killed by SIG(KILL|TERM)|exited with code \d+); the run stopped",
+        rf"hotagg: error: {run.phase} phase at iteration \d+/200: .*{run.label}.* "
+        rf"\(pid {run.pid}\) (was killed by SIG(KILL|TERM)|exited with code \d+); the run stopped",
         first,
     ), f"{draw}: {first}"
-    if sig == signal.SIGKILL:
+    if run.signal == signal.SIGKILL:
         assert "was killed by SIGKILL" in first
     assert "  | " in err  # the log tail follows
-    # Nothing of the run is left behind.
-    assert switch_processes(run_dir.name) == []
-    assert _pids_with(str(run_dir)) == []
-    for name, shell in nodes["nodes"].items():
-        assert f"mininet:{name}" not in _cmdline(shell), f"{draw}: node {name} survived"
-    assert not [i for i in os.listdir("/sys/class/net") if i.startswith(prefix)]
-    assert not (DEFAULT_STATE_DIR / f"{run_dir.name}.json").exists()
+    assert_nothing_left(run)
+
+
+@pytest.mark.root
+@pytest.mark.e2e
+@pytest.mark.parametrize("target", ["embedded", "bmv2"])
+def test_a_restarted_switch_reruns_the_phase_and_the_run_stays_exact(
+    tmp_path: Path, target: str
+) -> None:
+    """--switch-restarts 1: the dead switch is started again, configured again, and the
+    phase it died in runs again from iteration 1; the run ends exact."""
+    run = kill_during_run(tmp_path, target, "switch", "--switch-restarts", "1")
+    draw = run.draw
+    assert run.rc == 0, f"{draw}: rc {run.rc}\n{run.stdout[-1500:]}\n{run.stderr[-1500:]}"
+    assert re.search(
+        rf"{run.phase} phase at iteration \d+/200: .*switch s1 \(pid {run.pid}\) .*; "
+        rf"restarting it and the {run.phase} phase",
+        run.stdout,
+    ), f"{draw}: {run.stdout[-2000:]}"
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    assert summary["exact"] is True, draw
+    assert summary["modes"]["offload"]["updates_in_switch"] > 0
+    (restart,) = json.loads((run.run_dir / "restarts.json").read_text())
+    assert restart["switch"] == "s1" and restart["phase"] == run.phase
+    assert restart["pid"] == run.pid
+    failed = run.run_dir / restart["failed_attempt"]
+    assert (failed / "s1.log").exists() and (run.run_dir / run.phase / "ps0.json").exists()
+    assert_nothing_left(run)
