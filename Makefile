@@ -28,6 +28,8 @@ KEEP ?=
 # own unless given (GRPC_PORT=50051: the first switch's port, the others count up).
 GRPC_PORT ?=
 PREFIX ?=
+# Restart a switch that dies during a phase and run the phase again, up to this many times.
+SWITCH_RESTARTS ?=
 # make stop RUN=<id>: that run only (its id is runs/<id>; default: this checkout's runs).
 RUN ?=
 # BMv2's switch binary for TARGET=bmv2, e.g. simple_switch_grpc-perf (BMv2's performance build).
@@ -89,6 +91,7 @@ run: $(STAMP)
 	    $(if $(BW),--bw '$(BW)') $(if $(PS),--ps '$(PS)') \
 	    $(if $(TRACE),--workload trace --trace '$(TRACE)') \
 	    $(if $(GRPC_PORT),--grpc-base-port '$(GRPC_PORT)') $(if $(PREFIX),--intf-prefix '$(PREFIX)') \
+	    $(if $(SWITCH_RESTARTS),--switch-restarts '$(SWITCH_RESTARTS)') \
 	    $(if $(filter-out 0 no false,$(KEEP)),--keep); \
 	rc=$$?; [ $$rc -eq 0 ] || echo "make run: the experiment exited with code $$rc" >&2; exit $$rc
 

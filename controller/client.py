@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Union
 
@@ -44,6 +45,9 @@ _MAX_METADATA = 1 << 20  # gRPC's client default is 8 KiB (soft) / 16 KiB (hard)
 # like the embedded target, needs seconds per table, so reads get a longer deadline.
 READ_TIMEOUT = 120.0
 _MAX_MESSAGE = 64 << 20  # a BMv2 JSON can exceed gRPC's 4 MB default
+# After a lost stream the client opens a new one and re-arbitrates, retrying with these
+# pauses (doubling up to the last) until it succeeds or close() is called.
+RECONNECT_FIRST, RECONNECT_MAX = 0.1, 2.0
 _Type = p4runtime_pb2.Update.Type
 
 
@@ -53,6 +57,12 @@ class SwitchClient:
     `wait` is how long connect() waits for the server to come up; 0 fails at once when
     nothing listens. `timeout` bounds every unary RPC and Write batch; a Read stream gets
     max(timeout, READ_TIMEOUT).
+
+    A session that loses its stream (the switch restarted, the connection broke) reconnects
+    by itself: it opens a new stream and re-arbitrates with the same election id, retrying
+    until close(). RPCs made meanwhile wait up to `timeout` for that. `reconnects` counts
+    the sessions re-established; a switch that restarted has lost its pipeline and tables,
+    which the caller re-installs (the client cannot know them).
     """
 
     def __init__(
@@ -77,6 +87,10 @@ class SwitchClient:
         self._stream = None
         self._thread: threading.Thread | None = None
         self._stream_error: ControllerError | None = None
+        self._closing = False
+        self._established = False  # the first arbitration succeeded: reconnect after a loss
+        self._session = threading.Event()  # a stream is open and has been answered
+        self.reconnects = 0
         self.is_primary = False
 
     # --- session ---
@@ -109,26 +123,80 @@ class SwitchClient:
             if e.code() != grpc.StatusCode.UNIMPLEMENTED:
                 self.close()
                 raise translate_rpc_error(e, self.addr, "Capabilities") from None
-        self._stream = self._stub.StreamChannel(self._requests())
+        self._closing = self._established = False
+        self._open_stream()
         self._thread = threading.Thread(
-            target=self._receive, name=f"p4rt-stream-{self.addr}", daemon=True
+            target=self._run_streams, name=f"p4rt-stream-{self.addr}", daemon=True
         )
         self._thread.start()
         self._arbitrate()
+        self._established = True
         return self
 
-    def _requests(self) -> Iterator[p4runtime_pb2.StreamMessageRequest]:
+    def _open_stream(self) -> None:
+        """A new StreamChannel with a queue of its own (the old stream's request iterator
+        may still be waiting on the old one), whose first message is our arbitration."""
+        self._out = queue.Queue()
+        req = p4runtime_pb2.StreamMessageRequest()
+        req.arbitration.device_id = self.device_id
+        req.arbitration.election_id.high, req.arbitration.election_id.low = self.election_id
+        self._out.put(req)
+        self._stream = self._stub.StreamChannel(self._requests(self._out))
+
+    @staticmethod
+    def _requests(out: queue.Queue) -> Iterator[p4runtime_pb2.StreamMessageRequest]:
         while True:
-            msg = self._out.get()
+            msg = out.get()
             if msg is None:
                 return
             yield msg
 
-    def _receive(self) -> None:
+    def _run_streams(self) -> None:
+        """Receive on the stream; once the session was established, a lost stream is
+        replaced by a new one (re-arbitrating with our election id) until close()."""
+        pause = RECONNECT_FIRST
+        while True:
+            answered = self._receive()
+            if self._closing or not self._established:
+                break
+            self._out.put(None)  # ends the lost stream's request iterator
+            if answered:
+                pause = RECONNECT_FIRST
+                log.info(
+                    "lost the P4Runtime stream to %s (%s); reconnecting",
+                    self.addr,
+                    self._stream_error or "closed by the switch",
+                )
+            deadline = time.monotonic() + pause
+            while not self._closing and time.monotonic() < deadline:
+                time.sleep(0.02)
+            pause = min(pause * 2, RECONNECT_MAX)
+            if self._closing or self._stub is None:
+                break
+            try:
+                self._open_stream()
+            except (ValueError, AttributeError):  # close() closed the channel under us
+                break
+        self._session.clear()
+        self._arbitration.put(None)
+        self._packets.put(None)
+
+    def _receive(self) -> bool:
+        """Read one stream to its end; True if the switch answered our arbitration on it."""
+        answered = False
         try:
             for msg in self._stream:
                 if msg.HasField("arbitration"):
                     self.is_primary = msg.arbitration.status.code == code_pb2.OK
+                    if not answered and self._established:
+                        self.reconnects += 1
+                        log.info(
+                            "re-arbitrated with %s as %s",
+                            self.addr,
+                            "primary" if self.is_primary else "backup",
+                        )
+                    answered = True
+                    self._session.set()
                     self._arbitration.put(msg.arbitration)
                 elif msg.HasField("packet"):
                     self._packets.put(msg.packet)
@@ -139,14 +207,10 @@ class SwitchClient:
                 self._stream_error = translate_rpc_error(e, self.addr, "StreamChannel")
         finally:
             self.is_primary = False
-            self._arbitration.put(None)
-            self._packets.put(None)
+            self._session.clear()
+        return answered
 
     def _arbitrate(self) -> None:
-        req = p4runtime_pb2.StreamMessageRequest()
-        req.arbitration.device_id = self.device_id
-        req.arbitration.election_id.high, req.arbitration.election_id.low = self.election_id
-        self._out.put(req)
         try:
             reply = self._arbitration.get(timeout=self.timeout)
         except queue.Empty:
@@ -165,6 +229,7 @@ class SwitchClient:
         """End the session. The stream is half-closed and awaited rather than cancelled, so
         the server has dropped our election id when close() returns (a following client may
         reuse it)."""
+        self._closing = True
         self._out.put(None)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=min(self.timeout, 2.0))
@@ -183,9 +248,19 @@ class SwitchClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, name: str, request: object) -> object:
+    def _await_session(self) -> None:
+        """After a lost stream, wait (up to `timeout`) until the client has re-arbitrated,
+        so that a write after a switch restart is not refused for want of a stream."""
         if self._stub is None:
             raise SwitchUnreachable(f"client for {self.addr} is not connected")
+        if self._established and not self._session.wait(self.timeout):
+            raise SwitchUnreachable(
+                f"lost the P4Runtime stream to {self.addr} and could not re-arbitrate within "
+                f"{self.timeout} s: {self._stream_error or 'no answer'}"
+            )
+
+    def _call(self, name: str, request: object) -> object:
+        self._await_session()
         try:
             return getattr(self._stub, name)(request, timeout=self.timeout)
         except grpc.RpcError as e:
@@ -242,6 +317,7 @@ class SwitchClient:
         """
         if self._write is None:
             raise SwitchUnreachable(f"client for {self.addr} is not connected")
+        self._await_session()
         errors: list[UpdateError] = []
         for start in range(0, len(updates), batch_size):
             batch = [wire.serialize_update(u) for u in updates[start : start + batch_size]]
@@ -280,8 +356,7 @@ class SwitchClient:
 
     def read(self, entities: Iterable[p4runtime_pb2.Entity]) -> Iterator[p4runtime_pb2.Entity]:
         """Stream the entities matching the (wildcard) `entities`."""
-        if self._stub is None:
-            raise SwitchUnreachable(f"client for {self.addr} is not connected")
+        self._await_session()
         req = p4runtime_pb2.ReadRequest(device_id=self.device_id)
         req.entities.extend(entities)
         try:

@@ -4,8 +4,9 @@
     python -m experiment stop [--run ID]
 
 Exit codes: 0 done and exact, 1 the two modes' parameters differ, 2 bad options or missing
-prerequisites, 3 the run failed (the message says where; logs are in runs/<id>/),
-130 interrupted (Ctrl-C or `make stop`).
+prerequisites, 3 the run failed (the message says where; logs are in runs/<id>/), 4 a process
+the run started (a switch, a PS shard or a worker) died: the message names it, its pid and
+exit code or signal, with the tail of its log; 130 interrupted (Ctrl-C or `make stop`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from experiment.options import (
     OptionParser,
     bandwidth,
+    count,
     hot_slots,
     nonnegative,
     port,
@@ -29,6 +31,7 @@ from experiment.runner import (
     Experiment,
     ExperimentError,
     PreflightError,
+    ProcessDied,
     RunConfig,
     measured_stream_offset,
     say,
@@ -36,6 +39,7 @@ from experiment.runner import (
 from hosts.stats import dumps_strict
 
 WARMUP_STREAM_OFFSET = 1_000_000  # far beyond any measured iteration
+EXIT_PROCESS_DIED = 4  # a switch, PS shard or worker died during the run (ProcessDied)
 
 
 def build_parser() -> OptionParser:
@@ -110,6 +114,14 @@ def build_parser() -> OptionParser:
     )
     run.add_argument(
         "--keep", action="store_true", help="keep the network up after the run, until Ctrl-C"
+    )
+    run.add_argument(
+        "--switch-restarts",
+        type=count,
+        default=d.switch_restarts,
+        metavar="N",
+        help="restart a switch that dies during a phase and run the phase again, up to N "
+        "times (default 0: the run ends with exit code 4)",
     )
     stop = sub.add_parser(
         "stop", help="stop this checkout's runs (or one run) and clean up what they left"
@@ -359,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         grpc_base_port=args.grpc_base_port,
         intf_prefix=args.intf_prefix,
         keep=args.keep,
+        switch_restarts=args.switch_restarts,
         extra_workload_args=extra,
     )
     from controller.errors import ControllerError
@@ -368,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     except PreflightError as e:
         print(f"hotagg: error: {e}", file=sys.stderr)
         return 2
+    except ProcessDied as e:
+        print(f"hotagg: error: {e}", file=sys.stderr)
+        return EXIT_PROCESS_DIED
     except (ExperimentError, ControllerError) as e:
         print(f"hotagg: error: {e}", file=sys.stderr)
         return 3

@@ -91,6 +91,7 @@ workers = _within(_int, lambda v: 1 <= v <= MAX_WORKERS, f"{{}} is not in 1..{MA
 hot_slots = _within(
     _int, lambda v: 1 <= v <= NUM_SLOTS, f"{{}} is not in 1..{NUM_SLOTS} (the switch's slots)"
 )
+count = _within(_int, lambda v: v >= 0, "{} is not a whole number >= 0")
 seed = _within(_int, lambda v: 0 <= v <= SEED_MAX, f"{{}} is not in 0..{SEED_MAX}")
 port = _within(_int, lambda v: 0 <= v <= 65535, "{} is not a TCP port (0: free ones)")
 nonnegative = _within(_float, lambda v: v >= 0, "{} is negative")

@@ -12,9 +12,11 @@ import json
 import os
 import secrets
 import selectors
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from contract.constants import HOTAGG_PORT, Stat
 from contract.p4files import P4INFO_PATH
 from experiment.fidelity import LinkProbe, PhaseMonitor
 from hosts.stats import write_hot_keys
-from topologies.switches import REPO_ROOT
+from topologies.switches import REPO_ROOT, log_tail
 
 P4INFO = P4INFO_PATH
 BMV2_JSON = REPO_ROOT / "build" / "hotagg.json"
@@ -36,6 +38,55 @@ class ExperimentError(RuntimeError):
 
 class PreflightError(ExperimentError):
     """The run cannot start: bad options or missing prerequisites."""
+
+
+class ProcessDied(ExperimentError):
+    """A process the run started (a switch, a PS shard, a worker) exited before its phase
+    was over. The first line of the message names it, its pid and how it ended; the lines
+    after it are the tail of its log."""
+
+    def __init__(self, when: str, watched: Watched, returncode: int) -> None:
+        self.label, self.pid, self.returncode = watched.label, watched.pid, returncode
+        self.what = f"{when}: {watched.label} (pid {watched.pid}) {exit_description(returncode)}"
+        tail = log_tail(watched.log, DIED_LOG_LINES)
+        lines = "\n".join(f"  | {line}" for line in tail.splitlines())
+        super().__init__(f"{self.what}; the run stopped. Last lines of {watched.log}:\n{lines}")
+
+
+DIED_LOG_LINES = 8
+WATCH_INTERVAL = 0.5  # seconds between checks of the run's processes
+
+
+def exit_description(returncode: int) -> str:
+    """'exited with code 3', 'was killed by SIGKILL' (Popen's negative return codes)."""
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+@dataclass
+class Watched:
+    """A process the runner started and watches: a switch, a PS shard or a worker.
+    `may_finish`: exiting with 0 is how it ends its part (an agent), not a failure."""
+
+    label: str
+    proc: subprocess.Popen
+    log: Path
+    may_finish: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def failed(self) -> int | None:
+        """Its return code if it has exited in a way that ends the run, else None."""
+        rc = self.proc.poll()
+        if rc is None or (rc == 0 and self.may_finish):
+            return None
+        return rc
 
 
 @dataclass
@@ -59,6 +110,9 @@ class RunConfig:
     grpc_base_port: int = 0  # P4Runtime port of the first switch; 0: free ports
     intf_prefix: str = ""  # keeps switch interface names of concurrent runs apart; "": own
     keep: bool = False  # leave the network up after the run, until Ctrl-C
+    # A switch that dies during a phase is restarted and the phase run again, this many
+    # times per run at most (0: the run ends, ProcessDied).
+    switch_restarts: int = 0
     phase_timeout: float = 600.0
     extra_workload_args: list[str] = field(default_factory=list)
 
@@ -109,6 +163,8 @@ class Experiment:
         self.run_dir = Path()
         self.job_slots = cfg.hot_slots  # the job's slot count, set by configure()
         self.hot_offsets: dict[int, int] = {}  # hot key -> slot offset, set by configure()
+        self.hot_keys: list[int] | None = None  # as last configured, for a restarted switch
+        self.restarts: list[dict[str, Any]] = []  # switches restarted (--switch-restarts)
 
     # --- set-up ---
 
@@ -187,19 +243,57 @@ class Experiment:
         # PS collects no slot that can never hold a sum.
         self.job_slots = max(1, len(hot_keys)) if hot_keys else self.cfg.hot_slots
         self.hot_offsets: dict[int, int] = {}
-        for name, client in self.clients.items():
-            client.set_pipeline(self.p4info.message, self.device_config)
-            Forwarding(client, self.p4info).install(compute_routes(self.topology, name))
-            job = Jobs(client, self.p4info).add(JOB_ID, self.job_slots)
-            # Tenancy: the switch serves the job only from its hosts' (port, address).
-            workers = [h.name for h in self.topology.workers[: self.cfg.workers]]
-            ps = [h.name for h in self.topology.parameter_servers]
-            adms = admissions_from_topology(self.topology, name, JOB_ID, workers, ps)
-            Tenancy(client, self.p4info).admit(adms)
-            DropSim(client, self.p4info).set(self.cfg.loss)
-            if hot_keys and self.topology.switches[name].aggregate:
-                report = HotKeys(client, self.p4info).install(job, hot_keys)
-                self.hot_offsets = dict(report.added)
+        self.hot_keys = hot_keys
+        with self.naming_dead_switches("configuring the switches"):
+            for name, client in self.clients.items():
+                client.set_pipeline(self.p4info.message, self.device_config)
+                Forwarding(client, self.p4info).install(compute_routes(self.topology, name))
+                job = Jobs(client, self.p4info).add(JOB_ID, self.job_slots)
+                # Tenancy: the switch serves the job only from its hosts' (port, address).
+                workers = [h.name for h in self.topology.workers[: self.cfg.workers]]
+                ps = [h.name for h in self.topology.parameter_servers]
+                adms = admissions_from_topology(self.topology, name, JOB_ID, workers, ps)
+                Tenancy(client, self.p4info).admit(adms)
+                DropSim(client, self.p4info).set(self.cfg.loss)
+                if hot_keys and self.topology.switches[name].aggregate:
+                    report = HotKeys(client, self.p4info).install(job, hot_keys)
+                    self.hot_offsets = dict(report.added)
+
+    # --- watching the processes we started ---
+
+    def watched_switches(self) -> list[Watched]:
+        out = []
+        for name in self.topology.switches:
+            process = self.net.switch(name).process
+            if process is not None and process.proc is not None:
+                label = f"{self.cfg.target} switch {name}"
+                out.append(Watched(label, process.proc, process.log_path))
+        return out
+
+    def check_processes(self, when: str, agents: list[Watched] | None = None) -> None:
+        """Raise ProcessDied for the first of the switches and `agents` that has died;
+        switches first, since a dead switch stalls the agents behind it."""
+        for watched in [*self.watched_switches(), *(agents or [])]:
+            rc = watched.failed()
+            if rc is not None:
+                raise ProcessDied(when, watched, rc)
+
+    @contextlib.contextmanager
+    def naming_dead_switches(self, when: str) -> Iterator[None]:
+        """A P4Runtime failure caused by a switch process that died is reported as that
+        death (ProcessDied), not as an unreachable address."""
+        from controller.errors import ControllerError
+
+        self.check_processes(when)
+        try:
+            yield
+        except ControllerError:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                # a process killed a moment ago may not have been reaped yet
+                for watched in self.watched_switches():
+                    watched.proc.wait(0.5)
+            self.check_processes(when)
+            raise
 
     def set_bandwidth(self, mbps: float) -> None:
         """Reshape every link of the running network to `mbps` (both ends; the links were
@@ -242,9 +336,10 @@ class Experiment:
         from controller.stats import Stats
 
         out = {}
-        for name, client in self.clients.items():
-            cells = Stats(client, self.p4info).read()
-            out[name] = {c.name: c.packets for c in cells if c.index < len(Stat)}
+        with self.naming_dead_switches("reading the switches' counters"):
+            for name, client in self.clients.items():
+                cells = Stats(client, self.p4info).read()
+                out[name] = {c.name: c.packets for c in cells if c.index < len(Stat)}
         return out
 
     # --- phases ---
@@ -268,7 +363,13 @@ class Experiment:
                 text=True,
             )
 
-    def _start_together(self, pdir: Path, workers: list[tuple[str, subprocess.Popen]]) -> None:
+    def _start_together(
+        self,
+        name: str,
+        pdir: Path,
+        workers: list[tuple[str, subprocess.Popen]],
+        watched: list[Watched],
+    ) -> None:
         """Wait until every worker is set up ('ready'), then let them all go at once: Python
         start-up takes tens of ms per process, and workers started one after another would
         otherwise put that skew into iteration 1 (and so into the p99)."""
@@ -277,7 +378,11 @@ class Experiment:
             assert proc.stdout is not None
             sel = selectors.DefaultSelector()
             sel.register(proc.stdout, selectors.EVENT_READ)
-            ready = sel.select(timeout=max(0.0, deadline - time.monotonic()))
+            ready: list = []
+            while not ready and time.monotonic() < deadline:
+                ready = sel.select(timeout=min(WATCH_INTERVAL, deadline - time.monotonic()))
+                if not ready:
+                    self.check_processes(f"{name}: starting the workers", watched)
             sel.close()
             line = proc.stdout.readline() if ready else ""
             if line.strip() != "ready":
@@ -299,6 +404,50 @@ class Experiment:
     def run_phase(
         self, name: str, iterations: int, collect: bool, stream_offset: int = 0
     ) -> PhaseResult:
+        """Run one phase. With --switch-restarts, a switch that dies during it is started
+        again, configured as before (fresh pipeline, routes, job, hot keys at the same
+        slots) and the whole phase run again from iteration 1: the dead switch took the
+        phase's sums, cache and dedup state with it, and only a complete re-run gives the
+        phase's exact parameters and clean timings. The failed attempt's files are kept
+        in <phase>-failed-<n>/."""
+        while True:
+            try:
+                return self._run_phase_once(name, iterations, collect, stream_offset)
+            except ProcessDied as died:
+                switch = died.label.rpartition(" switch ")[2]
+                if switch not in self.topology.switches or (
+                    len(self.restarts) >= self.cfg.switch_restarts
+                ):
+                    raise
+                self.restart_switch(switch, name, died)
+
+    def restart_switch(self, switch: str, phase: str, died: ProcessDied) -> None:
+        """Start the dead switch again on its interfaces and port, configure every switch
+        as for the phase, and move the failed attempt aside."""
+        attempt = len(self.restarts) + 1
+        failed = self.run_dir / f"{phase}-failed-{attempt}"
+        (self.run_dir / phase).rename(failed)
+        process = self.net.switch(switch).process
+        process.log_path.rename(failed / process.log_path.name)  # the death's log
+        say(f"{died.what}; restarting it and the {phase} phase ({failed.name}/ has its log)")
+        process.start()
+        # The controller's session re-arbitrates by itself (controller/client.py); the
+        # other switches get a fresh pipeline too, as at the start of any phase.
+        self.configure(self.hot_keys)
+        self.restarts.append(
+            {
+                "switch": switch,
+                "phase": phase,
+                "pid": died.pid,
+                "returncode": died.returncode,
+                "failed_attempt": failed.name,
+            }
+        )
+        (self.run_dir / "restarts.json").write_text(json.dumps(self.restarts, indent=1) + "\n")
+
+    def _run_phase_once(
+        self, name: str, iterations: int, collect: bool, stream_offset: int = 0
+    ) -> PhaseResult:
         cfg = self.cfg
         pdir = self.run_dir / name
         pdir.mkdir()
@@ -307,6 +456,7 @@ class Experiment:
         ps_addrs = ",".join(f"{h.ip}:{HOTAGG_PORT}" for h in ps_hosts)
         deadline = str(int(cfg.phase_timeout))
         procs: list[tuple[str, subprocess.Popen]] = []
+        watched: list[Watched] = []  # the agents, watched with the switches
         workload = [
             "--workload",
             cfg.workload,
@@ -366,6 +516,10 @@ class Experiment:
                     ]
                 proc = self._spawn(host.name, argv, pdir / f"ps{i}.err")
                 procs.append((f"ps{i}", proc))
+                # A PS ends with 0 once every worker has passed its last barrier.
+                watched.append(
+                    Watched(f"PS shard {i} on {host.name}", proc, pdir / f"ps{i}.err", True)
+                )
                 line = proc.stdout.readline() if proc.stdout else ""
                 if "listening" not in line:
                     raise ExperimentError(
@@ -400,19 +554,28 @@ class Experiment:
                 proc = self._spawn(host.name, argv, pdir / f"w{w}.err", stdin=subprocess.PIPE)
                 procs.append((f"w{w}", proc))
                 workers.append(proc)
-            self._start_together(pdir, procs[len(ps_hosts) :])
+                watched.append(
+                    Watched(f"worker {w} on {host.name}", proc, pdir / f"w{w}.err", may_finish=True)
+                )
+            self._start_together(name, pdir, procs[len(ps_hosts) :], watched)
             start = time.perf_counter()
             monitor = self.monitor(procs).start()
             try:
-                self._follow(name, workers, iterations)
+                self._follow(name, workers, iterations, watched)
             finally:
                 fidelity = monitor.stop()
             seconds = time.perf_counter() - start
+            # The PS shards end after the last barrier; a switch can still die meanwhile.
+            end = time.monotonic() + cfg.phase_timeout
+            while any(p.poll() is None for _, p in procs) and time.monotonic() < end:
+                self.check_processes(f"{name}: after the last iteration", watched)
+                time.sleep(0.05)
+            self.check_processes(f"{name}: at the end", watched)
             for label, proc in procs:
-                rc = proc.wait(timeout=cfg.phase_timeout)
-                if rc != 0:
-                    err = (pdir / f"{label}.err").read_text().strip().splitlines()[-5:]
-                    raise ExperimentError(f"{name}: {label} exited with {rc}: " + " | ".join(err))
+                if proc.poll() is None:
+                    raise ExperimentError(
+                        f"{name}: {label} did not exit within {cfg.phase_timeout:.0f} s"
+                    )
         finally:
             for _, proc in procs:
                 if proc.poll() is None:
@@ -431,18 +594,35 @@ class Experiment:
             fidelity,
         )
 
-    def _follow(self, name: str, workers: list[subprocess.Popen], iterations: int) -> None:
-        """Show progress as the slowest worker's iteration; returns when all workers exit."""
+    def _follow(
+        self,
+        name: str,
+        workers: list[subprocess.Popen],
+        iterations: int,
+        watched: list[Watched],
+    ) -> None:
+        """Show progress as the slowest worker's iteration; returns when all workers exit.
+        Raises ProcessDied within WATCH_INTERVAL of a switch, PS or worker dying."""
         done = {id(p): 0 for p in workers}
         sel = selectors.DefaultSelector()
         for p in workers:
             assert p.stdout is not None
             sel.register(p.stdout, selectors.EVENT_READ, p)
         open_streams = len(workers)
-        shown = -1
         tty = sys.stdout.isatty()
+
+        def show(n: int) -> None:
+            bar = "#" * (20 * n // iterations)
+            end = "\r" if tty and n < iterations else "\n"
+            print(f"hotagg: {name:8s} [{bar:20s}] iteration {n}/{iterations}", end=end, flush=True)
+
+        # The start is shown at once: by the first look at their output the workers may
+        # be past iteration 0 already.
+        shown = slowest = 0
+        show(0)
         while open_streams:
-            for key, _ in sel.select(timeout=1.0):
+            self.check_processes(f"{name} phase at iteration {slowest}/{iterations}", watched)
+            for key, _ in sel.select(timeout=WATCH_INTERVAL):
                 line = key.fileobj.readline()  # type: ignore[union-attr]
                 if not line:
                     sel.unregister(key.fileobj)
@@ -450,14 +630,8 @@ class Experiment:
                 elif line.startswith("progress "):
                     done[id(key.data)] = int(line.split()[1].split("/")[0])
             slowest = min(done.values())
-            if slowest != shown and (tty or slowest in (iterations, 0) or slowest % 5 == 0):
-                bar = "#" * (20 * slowest // iterations)
-                end = "\r" if tty and slowest < iterations else "\n"
-                print(
-                    f"hotagg: {name:8s} [{bar:20s}] iteration {slowest}/{iterations}",
-                    end=end,
-                    flush=True,
-                )
+            if slowest != shown and (tty or slowest == iterations or slowest % 5 == 0):
+                show(slowest)
                 shown = slowest
 
     def close_clients(self) -> None:

@@ -166,5 +166,11 @@ def test_make_run_refuses_bad_knobs_and_says_the_exit_code(knobs: list[str], nam
 def test_exit_codes_are_the_documented_ones() -> None:
     """The codes the README documents are the ones __main__ returns."""
     readme = (REPO / "README.md").read_text()
-    for code, meaning in [(1, "differ"), (2, "options"), (3, "failed"), (130, "interrupted")]:
+    for code, meaning in [
+        (1, "differ"),
+        (2, "options"),
+        (3, "failed"),
+        (4, "died"),
+        (130, "interrupted"),
+    ]:
         assert re.search(rf"\| `{code}` \|[^\n]*{meaning}", readme), code
