@@ -456,8 +456,6 @@ def test_keys_moving_every_push_on_every_entry_position_under_loss_are_exact(
     assert all(r.applied_at[i] > 0 for i in range(8)), r.applied_at  # every entry position
     assert r.counters["dropped"] > 0 and r.counters["duplicated"] > 0
     assert sw.stats[Stat.SLOT_CONFLICT] > 0 and sw.stats[Stat.PUSH_DUP] > 0
-    # whole sets: some pulls are answered by the switch, all of whose values were checked
-    assert sw.stats[Stat.PULL_HIT] > 0 or stagger
     c = summaries[0]["counters"]
     assert c["collected_entries"] > 0 and c["cold_entries"] > 0 and c["writeback_cached"] > 0
 
