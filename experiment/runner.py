@@ -15,6 +15,7 @@ import selectors
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,11 @@ class RunConfig:
     keep: bool = False  # leave the network up after the run, until Ctrl-C
     phase_timeout: float = 600.0
     extra_workload_args: list[str] = field(default_factory=list)
+    # The hot set during the offload phase: "static" (the warm-up's, frozen) or "dynamic"
+    # (the online loop re-selects every `hotset_every` iterations, experiment/hotset.py).
+    hotset: str = "static"
+    hotset_every: int = 2
+    drift: str | None = None  # the measured phases' --drift (hosts/workloads.py), or None
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -94,6 +100,7 @@ class PhaseResult:
     ps_summaries: list[dict]
     switch_stats: dict[str, dict[str, int]]  # switch -> stat name -> packets
     fidelity: dict[str, Any] = field(default_factory=dict)  # experiment.fidelity.verdict
+    hotset_steps: list[Any] = field(default_factory=list)  # the online loop's StepReports
 
 
 def say(msg: str) -> None:
@@ -297,8 +304,18 @@ class Experiment:
                 raise ExperimentError(why + " | ".join(err)) from None
 
     def run_phase(
-        self, name: str, iterations: int, collect: bool, stream_offset: int = 0
+        self,
+        name: str,
+        iterations: int,
+        collect: bool,
+        stream_offset: int = 0,
+        drift: bool = False,
+        online: Callable[[Path], Any] | None = None,
     ) -> PhaseResult:
+        """One phase. `drift`: the workload drifts as DRIFT says (the measured phases);
+        `online(pdir)`: starts a loop (experiment/hotset.py) once the workers go, whose
+        `stop()` is called when they are done, and the PS shards rewrite their frequency
+        files every `hotset_every` iterations for it."""
         cfg = self.cfg
         pdir = self.run_dir / name
         pdir.mkdir()
@@ -307,6 +324,8 @@ class Experiment:
         ps_addrs = ",".join(f"{h.ip}:{HOTAGG_PORT}" for h in ps_hosts)
         deadline = str(int(cfg.phase_timeout))
         procs: list[tuple[str, subprocess.Popen]] = []
+        loop = None  # the online hot-set loop, if any
+        steps: list[Any] = []
         workload = [
             "--workload",
             cfg.workload,
@@ -321,6 +340,7 @@ class Experiment:
             "--keys-per-iter",
             str(cfg.keys_per_iter),
             *cfg.extra_workload_args,
+            *(["--drift", cfg.drift] if drift and cfg.drift else []),
         ]
         hot_args: list[str] = []
         if collect and self.hot_offsets:
@@ -364,6 +384,8 @@ class Experiment:
                         str(self.job_slots),
                         *hot_args,
                     ]
+                if online is not None:
+                    argv += ["--freq-every", str(cfg.hotset_every)]
                 proc = self._spawn(host.name, argv, pdir / f"ps{i}.err")
                 procs.append((f"ps{i}", proc))
                 line = proc.stdout.readline() if proc.stdout else ""
@@ -404,9 +426,12 @@ class Experiment:
             start = time.perf_counter()
             monitor = self.monitor(procs).start()
             try:
+                loop = online(pdir) if online is not None else None
                 self._follow(name, workers, iterations)
             finally:
                 fidelity = monitor.stop()
+            if loop is not None:  # the workers are done: no more moves in this phase
+                steps = loop.stop()
             seconds = time.perf_counter() - start
             for label, proc in procs:
                 rc = proc.wait(timeout=cfg.phase_timeout)
@@ -414,6 +439,8 @@ class Experiment:
                     err = (pdir / f"{label}.err").read_text().strip().splitlines()[-5:]
                     raise ExperimentError(f"{name}: {label} exited with {rc}: " + " | ".join(err))
         finally:
+            if loop is not None:
+                loop.stop(check=False)  # a failed phase: stop it, the phase's error says why
             for _, proc in procs:
                 if proc.poll() is None:
                     proc.terminate()
@@ -429,6 +456,7 @@ class Experiment:
             [json.loads((pdir / f"ps{i}.json").read_text()) for i in range(shards)],
             self.switch_stats(),
             fidelity,
+            steps,
         )
 
     def _follow(self, name: str, workers: list[subprocess.Popen], iterations: int) -> None:
