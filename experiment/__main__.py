@@ -19,6 +19,7 @@ from experiment.options import (
     OptionParser,
     bandwidth,
     count,
+    drift,
     hot_slots,
     nonnegative,
     port,
@@ -95,6 +96,28 @@ def build_parser() -> OptionParser:
     run.add_argument("--workload", choices=("zipf", "lr", "trace"), default=d.workload)
     run.add_argument("--trace", help="trace CSV for --workload trace")
     run.add_argument(
+        "--drift",
+        type=drift,
+        default=d.drift,
+        metavar="every=K,fraction=F[,head=H]",
+        help="the measured phases' workload drifts: every K iterations a fraction F of the H "
+        "most popular ranks (default 256) take keys from the tail (zipf, lr; default none)",
+    )
+    run.add_argument(
+        "--hotset",
+        choices=("static", "dynamic"),
+        default=d.hotset,
+        help="offload phase: the warm-up's hot set throughout (static), or re-selected "
+        "while the workers train by the controller's online loop (dynamic)",
+    )
+    run.add_argument(
+        "--hotset-every",
+        type=positive,
+        default=d.hotset_every,
+        metavar="N",
+        help="dynamic: re-select every N iterations (the PS's --freq-every)",
+    )
+    run.add_argument(
         "--warmup",
         type=positive,
         default=d.warmup,
@@ -135,7 +158,7 @@ def build_parser() -> OptionParser:
 
 def run(cfg: RunConfig) -> int:
     from controller.hotset import choose, load_stats
-    from experiment import report
+    from experiment import hotset, report
 
     exp = Experiment(cfg)
     exp.preflight()
@@ -192,13 +215,24 @@ def run(cfg: RunConfig) -> int:
             record_links()
         exp.configure(hot_keys=None)
         phases["server"] = exp.run_phase(
-            "server", cfg.iterations, collect=False, stream_offset=measured
+            "server", cfg.iterations, collect=False, stream_offset=measured, drift=True
         )
         exp.configure(hot_keys=hot.keys)
-        phases["offload"] = exp.run_phase(
-            "offload", cfg.iterations, collect=True, stream_offset=measured
-        )
         agg = [n for n, s in exp.topology.switches.items() if s.aggregate]
+        budget = exp.job_slots  # the same slots in both modes: only which keys differ
+        online = None
+        if cfg.hotset == "dynamic":
+            online = hotset.online_loop_factory(exp, agg[0], budget, cfg.hotset_every)
+        phases["offload"] = exp.run_phase(
+            "offload",
+            cfg.iterations,
+            collect=True,
+            stream_offset=measured,
+            drift=True,
+            online=online,
+        )
+        if cfg.hotset == "dynamic":
+            hotset.report_steps(phases["offload"].hotset_steps)
         hot_info = {
             "keys": len(hot.keys),
             "coverage": hot.coverage,
@@ -215,6 +249,9 @@ def run(cfg: RunConfig) -> int:
             len(exp.topology.parameter_servers),
             agg,
             model=bound(cfg, config, hot.keys, hot.coverage, len(exp.topology.parameter_servers)),
+            hotset=hotset.summarize(
+                cfg, config, phases["offload"], budget, phases["offload"].hotset_steps
+            ),
         )
         print(report.comparison_table(summary), flush=True)
         say(f"results in {run_dir} (runs/latest): summary.json, latency.csv, *.png")
@@ -373,6 +410,9 @@ def main(argv: list[str] | None = None) -> int:
         keep=args.keep,
         switch_restarts=args.switch_restarts,
         extra_workload_args=extra,
+        hotset=args.hotset,
+        hotset_every=args.hotset_every,
+        drift=args.drift,
     )
     from controller.errors import ControllerError
 

@@ -148,7 +148,8 @@ def predict(
 
 
 def workload_of(config: dict[str, Any]) -> Workload:
-    """The workload of a run's config.json / summary config, built as the agents build it."""
+    """The workload of a run's config.json / summary config, built as the agents of the
+    measured phases build it (with its DRIFT, which the warm-up does not have)."""
     import argparse
 
     from hosts import workloads
@@ -160,6 +161,7 @@ def workload_of(config: dict[str, Any]) -> Workload:
         "--skew", str(config["skew"]), "--seed", str(config["seed"]),
         "--keys-per-iter", str(config["keys_per_iter"]),
         *config.get("extra_workload_args", []),
+        *(["--drift", config["drift"]] if config.get("drift") else []),
     ]  # fmt: skip
     return workloads.from_args(parser.parse_args(argv))
 

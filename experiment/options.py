@@ -37,6 +37,8 @@ MAKE_NAMES = {
     "trace": "TRACE",
     "grpc_base_port": "GRPC_PORT",
     "intf_prefix": "PREFIX",
+    "hotset": "HOTSET",
+    "drift": "DRIFT",
 }
 SEED_MAX = 2**32 - 1
 MAX_BW_MBPS = 1000.0  # Mininet's TCIntf ignores (only logs) a rate above this
@@ -110,6 +112,18 @@ def bandwidth(text: str) -> float | str:
     return value
 
 
+def drift(text: str) -> str | None:
+    """DRIFT: `every=K,fraction=F[,head=H]` (hosts/workloads.py), or empty/none for none;
+    returned in its normal form, as the workers are given it."""
+    from hosts.workloads import DriftSpec, WorkloadError
+
+    try:
+        spec = DriftSpec.parse(text)
+    except WorkloadError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return None if spec is None else str(spec)
+
+
 def check(cfg: RunConfig) -> Topology:
     """Everything about the options that argparse cannot see alone; the loaded topology.
     Raises PreflightError naming the option. Needs neither root nor a network."""
@@ -153,6 +167,7 @@ def check(cfg: RunConfig) -> Topology:
         )
     _check_keys(cfg, len(topology.parameter_servers))
     _check_trace(cfg)
+    _check_drift(cfg)
     _check_ports(cfg, topology)
     if cfg.intf_prefix and (why := prefix_problem(topology, cfg.intf_prefix)):
         raise PreflightError(f"PREFIX={cfg.intf_prefix}: {why}")
@@ -209,6 +224,22 @@ def _check_trace(cfg: RunConfig) -> None:
             f"note: TRACE={trace} has {workload.workers} workers; "
             f"only the first WORKERS={cfg.workers} run"
         )
+
+
+def _check_drift(cfg: RunConfig) -> None:
+    """DRIFT moves a generated workload's popular head: not a trace's, and its head must be
+    smaller than the ranks it drifts over (KEYS for zipf, the feature values for lr)."""
+    if cfg.drift is None:
+        return
+    if cfg.workload == "trace":
+        raise PreflightError(f"DRIFT={cfg.drift}: goes with WORKLOAD=zipf or lr, not a trace")
+    from experiment.model import workload_of
+    from hosts.workloads import WorkloadError
+
+    try:
+        workload_of(cfg.as_dict())  # built as the workers build it
+    except WorkloadError as e:
+        raise PreflightError(f"DRIFT={cfg.drift}: {e}") from None
 
 
 def _check_ports(cfg: RunConfig, topology: Topology) -> None:

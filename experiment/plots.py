@@ -1,5 +1,6 @@
 """PNG plots of a run: latency CDFs, PS load per iteration, skew and hot-set coverage,
-and the latency dissection."""
+the latency dissection, and the offload phase's hot set per iteration against the oracle
+(with the keys moved per re-selection in dynamic mode)."""
 
 from __future__ import annotations
 
@@ -154,6 +155,62 @@ def loss_curves(path: Path, summary: dict) -> None:
     plt.close(fig)
 
 
+def _drift_every(drift: str | None) -> int | None:
+    if not drift:
+        return None
+    fields = dict(part.split("=", 1) for part in drift.split(","))
+    return int(fields["every"]) if float(fields.get("fraction", 0)) > 0 else None
+
+
+def coverage(path: Path, hotset: dict) -> None:
+    """Achieved coverage per iteration against the oracle top-B (experiment/hotset.py), the
+    drift's epoch starts dotted; in dynamic mode a second panel: keys moved per
+    re-selection (entered up, left down), at the iteration the PS files had reached."""
+    dynamic = hotset["mode"] == "dynamic"
+    rows = 2 if dynamic else 1
+    fig, axes = plt.subplots(
+        rows, 1, figsize=(7, 3.6 * rows), sharex=True, squeeze=False, height_ratios=[2, 1][:rows]
+    )
+    ax = axes[0][0]
+    its = np.arange(1, len(hotset["coverage"]) + 1)
+    oracle = 100 * np.array(hotset["oracle_coverage"])
+    achieved = 100 * np.array(hotset["coverage"])
+    best = f"oracle: best {hotset['budget']} keys of each iteration"
+    ax.plot(its, oracle, color="black", ls="--", lw=1, label=best)
+    mine = f"achieved: summed in the switch ({hotset['mode']})"
+    ax.plot(its, achieved, marker="o", ms=3, color=COLORS["offload"], label=mine)
+    every = _drift_every(hotset.get("drift"))
+    if every:
+        for t in range(every + 1, len(its) + 1, every):
+            for a in (row[0] for row in axes):
+                a.axvline(t - 0.5, color="gray", ls=":", lw=0.8)
+    ax.set_ylabel("share of the iteration's updates (%)")
+    ax.set_ylim(0, 100)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    ratio = hotset.get("coverage_ratio")
+    title = f"Hot-set coverage per iteration: {hotset['mode']}"
+    title += f", drift {hotset['drift']}" if hotset.get("drift") else ", no drift"
+    if ratio is not None:
+        mean = 100 * hotset["coverage_mean"]
+        title += f"\nmean {mean:.1f}% of updates, {100 * ratio:.0f}% of the oracle's"
+    ax.set_title(title, fontsize=10)
+    if dynamic:
+        mv = axes[1][0]
+        moves = [m for m in hotset["moves"] if m["iteration"] is not None]
+        x = [m["iteration"] for m in moves]
+        mv.bar(x, [m["added"] for m in moves], color="tab:green", label="entered")
+        mv.bar(x, [-m["removed"] for m in moves], color="tab:red", label="left")
+        mv.axhline(0, color="black", lw=0.8)
+        mv.set_ylabel("keys per re-selection")
+        mv.grid(alpha=0.3)
+        mv.legend(loc="upper right", fontsize=8)
+    axes[-1][0].set_xlabel("iteration (offload phase)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def make_plots(run_dir: Path, summary: dict, phases: dict[str, PhaseResult], workers: int) -> None:
     measured = {m: phases[m] for m in ("server", "offload")}
     latency_cdfs(run_dir / "latency_cdf.png", measured, workers)
@@ -164,3 +221,5 @@ def make_plots(run_dir: Path, summary: dict, phases: dict[str, PhaseResult], wor
     dissection(run_dir / "latency_dissection.png", summary)
     if all("loss_curve" in summary["modes"][m] for m in ("server", "offload")):
         loss_curves(run_dir / "loss_curve.png", summary)
+    if summary.get("hotset"):
+        coverage(run_dir / "coverage.png", summary["hotset"])

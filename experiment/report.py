@@ -179,6 +179,10 @@ def comparison_table(summary: dict) -> str:
         "pulls_answered_by_switch",
     ):
         lines.append(row(key, s[key], o[key], "{:d}"))
+    if summary.get("hotset"):
+        from experiment.hotset import table_line
+
+        lines.append(table_line(summary["hotset"]))
     lines.append(f"  exact: {summary['exact']}  ({summary['params_sha256']['offload'][:16]}...)")
     if summary.get("model"):
         m = summary["model"]
@@ -203,6 +207,7 @@ def build(
     shards: int,
     agg_switches: list[str],
     model: dict | None = None,
+    hotset: dict | None = None,
 ) -> dict:
     sha = {m: params_sha256(phases[m], shards) for m in ("server", "offload")}
     summary = {
@@ -236,6 +241,8 @@ def build(
     )
     # The PS-link bound of this configuration (experiment/model.py), beside what was measured.
     summary["model"] = model
+    # The offload phase's hot set per iteration against the oracle (experiment/hotset.py).
+    summary["hotset"] = hotset
     # Which resource set the pace of each measured phase (experiment/fidelity.py).
     summary["fidelity"] = fidelity.summarize(
         {m: phases[m].fidelity for m in ("server", "offload") if phases[m].fidelity}

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +115,11 @@ class RunConfig:
     switch_restarts: int = 0
     phase_timeout: float = 600.0
     extra_workload_args: list[str] = field(default_factory=list)
+    # The hot set during the offload phase: "static" (the warm-up's, frozen) or "dynamic"
+    # (the online loop re-selects every `hotset_every` iterations, experiment/hotset.py).
+    hotset: str = "static"
+    hotset_every: int = 2
+    drift: str | None = None  # the measured phases' --drift (hosts/workloads.py), or None
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -148,6 +153,7 @@ class PhaseResult:
     ps_summaries: list[dict]
     switch_stats: dict[str, dict[str, int]]  # switch -> stat name -> packets
     fidelity: dict[str, Any] = field(default_factory=dict)  # experiment.fidelity.verdict
+    hotset_steps: list[Any] = field(default_factory=list)  # the online loop's StepReports
 
 
 def say(msg: str) -> None:
@@ -402,17 +408,28 @@ class Experiment:
                 raise ExperimentError(why + " | ".join(err)) from None
 
     def run_phase(
-        self, name: str, iterations: int, collect: bool, stream_offset: int = 0
+        self,
+        name: str,
+        iterations: int,
+        collect: bool,
+        stream_offset: int = 0,
+        drift: bool = False,
+        online: Callable[[Path], Any] | None = None,
     ) -> PhaseResult:
         """Run one phase. With --switch-restarts, a switch that dies during it is started
         again, configured as before (fresh pipeline, routes, job, hot keys at the same
         slots) and the whole phase run again from iteration 1: the dead switch took the
         phase's sums, cache and dedup state with it, and only a complete re-run gives the
         phase's exact parameters and clean timings. The failed attempt's files are kept
-        in <phase>-failed-<n>/."""
+        in <phase>-failed-<n>/.
+
+        `drift`: the workload drifts as DRIFT says (the measured phases); `online(pdir)`:
+        starts a loop (experiment/hotset.py) once the workers go, whose `stop()` is called
+        when they are done, and the PS shards rewrite their frequency files every
+        `hotset_every` iterations for it."""
         while True:
             try:
-                return self._run_phase_once(name, iterations, collect, stream_offset)
+                return self._run_phase_once(name, iterations, collect, stream_offset, drift, online)
             except ProcessDied as died:
                 switch = died.label.rpartition(" switch ")[2]
                 if switch not in self.topology.switches or (
@@ -446,7 +463,13 @@ class Experiment:
         (self.run_dir / "restarts.json").write_text(json.dumps(self.restarts, indent=1) + "\n")
 
     def _run_phase_once(
-        self, name: str, iterations: int, collect: bool, stream_offset: int = 0
+        self,
+        name: str,
+        iterations: int,
+        collect: bool,
+        stream_offset: int,
+        drift: bool,
+        online: Callable[[Path], Any] | None,
     ) -> PhaseResult:
         cfg = self.cfg
         pdir = self.run_dir / name
@@ -457,6 +480,8 @@ class Experiment:
         deadline = str(int(cfg.phase_timeout))
         procs: list[tuple[str, subprocess.Popen]] = []
         watched: list[Watched] = []  # the agents, watched with the switches
+        loop = None  # the online hot-set loop, if any
+        steps: list[Any] = []
         workload = [
             "--workload",
             cfg.workload,
@@ -471,6 +496,7 @@ class Experiment:
             "--keys-per-iter",
             str(cfg.keys_per_iter),
             *cfg.extra_workload_args,
+            *(["--drift", cfg.drift] if drift and cfg.drift else []),
         ]
         hot_args: list[str] = []
         if collect and self.hot_offsets:
@@ -514,6 +540,8 @@ class Experiment:
                         str(self.job_slots),
                         *hot_args,
                     ]
+                if online is not None:
+                    argv += ["--freq-every", str(cfg.hotset_every)]
                 proc = self._spawn(host.name, argv, pdir / f"ps{i}.err")
                 procs.append((f"ps{i}", proc))
                 # A PS ends with 0 once every worker has passed its last barrier.
@@ -561,9 +589,12 @@ class Experiment:
             start = time.perf_counter()
             monitor = self.monitor(procs).start()
             try:
+                loop = online(pdir) if online is not None else None
                 self._follow(name, workers, iterations, watched)
             finally:
                 fidelity = monitor.stop()
+            if loop is not None:  # the workers are done: no more moves in this phase
+                steps = loop.stop()
             seconds = time.perf_counter() - start
             # The PS shards end after the last barrier; a switch can still die meanwhile.
             end = time.monotonic() + cfg.phase_timeout
@@ -577,6 +608,8 @@ class Experiment:
                         f"{name}: {label} did not exit within {cfg.phase_timeout:.0f} s"
                     )
         finally:
+            if loop is not None:
+                loop.stop(check=False)  # a failed phase: stop it, the phase's error says why
             for _, proc in procs:
                 if proc.poll() is None:
                     proc.terminate()
@@ -592,6 +625,7 @@ class Experiment:
             [json.loads((pdir / f"ps{i}.json").read_text()) for i in range(shards)],
             self.switch_stats(),
             fidelity,
+            steps,
         )
 
     def _follow(

@@ -204,3 +204,76 @@ def test_a_second_aggregating_switch_is_refused(tmp_path):
     assert proc.returncode == 2
     assert "marks 2 switches 'aggregate'" in proc.stderr
     assert not (tmp_path / "runs").exists()  # refused before anything was started
+
+
+# --- HOTSET=static|dynamic and DRIFT (experiment/hotset.py) ----------------------------------
+
+DRIFTING = ["--iterations", "24", "--drift", "every=5,fraction=0.3"]
+
+
+def check_coverage(summary: dict, mode: str, drift: str | None) -> dict:
+    """The summary's hotset block: present, in range, achieved never above the oracle (the
+    switch sums at most one key per slot and iteration), and its counts agree with the
+    run's own totals."""
+    hs = summary["hotset"]
+    assert hs["mode"] == mode and hs["drift"] == drift
+    assert hs["budget"] == summary["hot_set"]["keys"]  # the same slots in both modes
+    n = summary["iterations"]
+    for field in ("coverage", "oracle_coverage", "updates", "summed"):
+        assert len(hs[field]) == n, field
+    for c, o in zip(hs["coverage"], hs["oracle_coverage"]):
+        assert 0.0 <= c <= o + 1e-9 and o <= 1.0
+    for field in ("coverage_mean", "oracle_coverage_mean", "coverage_ratio"):
+        assert 0.0 <= hs[field] <= 1.0 + 1e-9, field
+    offload = summary["modes"]["offload"]
+    assert sum(hs["updates"]) == offload["updates_total"]  # the workload is the one run
+    assert sum(hs["summed"]) == offload["updates_in_switch"]  # the masks are the switch's
+    return hs
+
+
+def test_static_run_records_its_coverage_against_the_oracle(embedded_run):
+    tmp_path, proc, summary = embedded_run
+    hs = check_coverage(summary, "static", None)
+    assert hs["moves"] == [] and hs["keys_moved"] == 0 and hs["every"] is None
+    assert "hot set (static): coverage" in proc.stdout
+    assert (tmp_path / "runs" / "latest" / "coverage.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("target", ["embedded", "bmv2"])
+def test_dynamic_hot_set_follows_a_drift_and_stays_exact(tmp_path, target):
+    """HOTSET=dynamic DRIFT=every=5,fraction=0.3: the online loop moves keys while the
+    workers train, and the parameters are still those of server-only."""
+    if target == "bmv2" and (why := bmv2_missing()):
+        pytest.skip(f"BMv2 target: {why}")
+    proc, summary = run_experiment(
+        tmp_path, "--seed", "7", "--target", target, "--hotset", "dynamic", *DRIFTING
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert summary["exact"] is True
+    assert summary["params_sha256"]["server"] == summary["params_sha256"]["offload"]
+    hs = check_coverage(summary, "dynamic", "every=5,fraction=0.3,head=256")
+    assert hs["every"] == 2 and hs["reselections"] >= 1
+    assert hs["keys_moved"] > 0
+    assert hs["keys_moved"] == sum(m["added"] + m["removed"] for m in hs["moves"])
+    assert all(m["hot"] <= hs["budget"] for m in hs["moves"])
+    run_dir = (tmp_path / "runs" / "latest").resolve()
+    assert (run_dir / "coverage.png").stat().st_size > 0
+    assert (run_dir / "offload" / "hotset.log").read_text().count("keys, coverage") == len(
+        hs["moves"]
+    )
+    assert "online hot set:" in proc.stdout and "keys moved in" in proc.stdout
+    # the warm-up saw no drift, the measured phases did
+    assert "drift" not in json.loads((run_dir / "warmup" / "w0.json").read_text())["workload"]
+    for phase in ("server", "offload"):
+        workload = json.loads((run_dir / phase / "w0.json").read_text())["workload"]
+        assert workload["drift"] == "every=5,fraction=0.3,head=256", phase
+
+
+def test_dynamic_hot_set_without_drift_stays_exact(tmp_path):
+    proc, summary = run_experiment(
+        tmp_path, "--seed", "8", "--hotset", "dynamic", "--iterations", "16"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert summary["exact"] is True
+    hs = check_coverage(summary, "dynamic", None)
+    assert hs["reselections"] >= 1  # the loop ran during the phase

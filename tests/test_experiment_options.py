@@ -28,6 +28,18 @@ def test_finite_skew_and_ps_list_parse() -> None:
     assert args.skew == 1.3 and args.ps == ["h4", "h5"] and str(args.topo) == "star:8"
 
 
+def test_hotset_and_drift_parse_and_default_to_static_without_drift() -> None:
+    args = build_parser().parse_args(["run"])
+    assert args.hotset == "static" and args.drift is None and args.hotset_every == 2
+    args = build_parser().parse_args(
+        ["run", "--hotset", "dynamic", "--drift", "every=5,fraction=0.3", "--hotset-every", "3"]
+    )
+    # normalised, as the workers get it: the head is explicit
+    assert args.hotset == "dynamic" and args.drift == "every=5,fraction=0.3,head=256"
+    assert args.hotset_every == 3
+    assert build_parser().parse_args(["run", "--drift", "none"]).drift is None
+
+
 def test_summary_json_is_strict() -> None:
     text = dumps_strict({"p99": float("nan"), "rows": [1.5, float("inf")], "n": 3})
     assert json.loads(text) == {"p99": None, "rows": [1.5, None], "n": 3}
@@ -59,6 +71,11 @@ BAD_PARSE = [
     ("TARGET", ["--target", "tofino"]),
     ("GRPC_PORT", ["--grpc-base-port", "70000"]),
     ("GRPC_PORT", ["--grpc-base-port", "-1"]),
+    ("HOTSET", ["--hotset", "sometimes"]),
+    ("DRIFT", ["--drift", "every=0,fraction=0.3"]),
+    ("DRIFT", ["--drift", "fraction=0.3"]),
+    ("DRIFT", ["--drift", "every=5,fraction=1.5"]),
+    ("DRIFT", ["--drift", "every=5,fraction=0.3,speed=2"]),
 ]
 
 
@@ -102,10 +119,30 @@ def bad_checks(tmp_path: Path) -> list[tuple[str, list[str]]]:
         ("PREFIX=Bad", ["--intf-prefix", "Bad"]),
         ("PREFIX=muchtoolong", ["--intf-prefix", "muchtoolong"]),
         ("BMV2_BINARY=no-such-switch", ["--target", "bmv2"]),
+        (
+            "DRIFT=every=5,fraction=0.3,head=256: goes with WORKLOAD=zipf or lr",
+            [
+                "--workload",
+                "trace",
+                "--trace",
+                str(_good_trace(tmp_path / "t60.csv", 60)),
+                "--drift",
+                "every=5,fraction=0.3",
+            ],
+        ),
+        (
+            "DRIFT=every=5,fraction=0.3,head=500: drift: head=500 must be smaller",
+            ["--keys", "500", "--drift", "every=5,fraction=0.3,head=500"],
+        ),
     ]
 
 
 _OPEN: list[socket.socket] = []
+
+
+def _good_trace(path: Path, iterations: int) -> Path:
+    path.write_text("".join(f"{t},0,{t}\n" for t in range(1, iterations + 1)))
+    return path
 
 
 def test_options_that_cannot_work_here_are_refused_first(
@@ -150,6 +187,9 @@ def _make(*args: str) -> subprocess.CompletedProcess:
         (["WORKLOAD=trace"], "WORKLOAD=trace needs TRACE"),
         (["GRPC_PORT=x"], "GRPC_PORT (--grpc-base-port): 'x'"),
         (["PREFIX=UPPER"], "PREFIX=UPPER"),
+        (["HOTSET=sometimes"], "HOTSET (--hotset): invalid choice: 'sometimes'"),
+        (["DRIFT=every=x,fraction=0.3"], "DRIFT (--drift): drift 'every=x,fraction=0.3'"),
+        (["KEYS=100", "DRIFT=every=5,fraction=0.3"], "DRIFT=every=5,fraction=0.3,head=256: "),
     ],
 )
 def test_make_run_refuses_bad_knobs_and_says_the_exit_code(knobs: list[str], named: str) -> None:
