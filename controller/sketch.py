@@ -25,6 +25,7 @@ from contract.constants import SKETCH_WIDTH
 from contract.sketch import indexes
 from controller.client import SwitchClient
 from controller.errors import BadInput, EntryExists
+from controller.online import Observation
 from controller.p4info import P4Info, decode
 
 TABLE = names.TABLE_SKETCH_CONFIG
@@ -142,3 +143,33 @@ class Sketch:
             for data in lst.data:
                 out.append(Candidate(*(decode(m.bitstring) for m in data.struct.members)))
             self.client.ack_digest(lst.digest_id, lst.list_id)
+
+
+class SketchSource:
+    """A `controller.online.RateSource` over the sketch: each read takes the reports that
+    came in (new candidate keys of `job_id`), the counters' counts since the previous read
+    as each known candidate's estimate, and starts the next epoch so that keys are reported
+    again. Incomplete (only reported keys are counted), so the loop leaves the oracle out.
+
+    The estimate over-counts a key by what other keys add to its cells; keys once reported
+    stay candidates (`forget` drops some, e.g. when they became hot)."""
+
+    def __init__(self, sketch: Sketch, job_id: int, threshold: int, epoch: int = 1) -> None:
+        self.sketch, self.job_id, self.threshold = sketch, job_id, threshold
+        self.epoch = epoch
+        self.known: set[int] = set()
+        sketch.configure(epoch, threshold)
+        self._last = sketch.read_sketch()
+
+    def forget(self, keys: set[int]) -> None:
+        self.known -= keys
+
+    def read(self) -> Observation:
+        self.known |= {c.key for c in self.sketch.candidates() if c.job_id == self.job_id}
+        now = self.sketch.read_sketch()
+        interval = now.since(self._last)
+        self._last = now
+        self.epoch = (self.epoch + 1) & U32 or 1
+        self.sketch.start_epoch(self.epoch, self.threshold)
+        counts = {k: float(n) for k in self.known if (n := interval.estimate(self.job_id, k))}
+        return Observation(counts)
