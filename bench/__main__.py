@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             "bench: needs root (veth pairs and raw sockets); run: sudo make bench", file=sys.stderr
         )
         return 1
-    from bench.switch_bench import measure_bare_loop, measure_switch
+    from bench.switch_bench import CASES, measure_bare_loop, measure_switch
 
     result: dict = {
         "machine": machine(),
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             bmv2_binary=binary,
             bmv2_json=args.bmv2_json,
         )
-        for case in ("push_hot", "push_cold"):
+        for case, *_ in CASES:
             r[case]["ratio_to_bare_loop"] = round(r[case]["packets_per_s"] / ceiling, 3)
         result["targets"][key] = {"binary": binary, **r} if binary else r
     args.out.mkdir(parents=True, exist_ok=True)

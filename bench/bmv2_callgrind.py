@@ -26,10 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.switch_bench import (
+    CASES,
     PushStream,
     _configure_switch,
     bmv2_device_config,
     settle,
+    sketch_on,
     tx_packets,
 )
 from topologies.netns import VethNet
@@ -105,7 +107,9 @@ def measure(binary: str, bmv2_json: Path | None, packets: int, gap: float) -> di
             _configure_switch(proc.grpc_addr, device_config)
             sock = net.host_socket(1)
             seq = 0
-            for name, hot, out_port in (("push_hot", True, 1), ("push_cold", False, 2)):
+            for name, hot, out_port, sketch in CASES:
+                if sketch:
+                    sketch_on(proc.grpc_addr)
                 stream = PushStream(hot)
                 stream.sent = seq
 
@@ -140,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        for case in ("push_hot", "push_cold"):
+        for case, *_ in CASES:
             r = result[case]
             print(f"{case}: {r['instructions_per_packet']} instructions/packet "
                   f"({r['packets_out']} packets out)")  # fmt: skip

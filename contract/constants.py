@@ -61,6 +61,12 @@ DEDUP_SIZE = _p4("DEDUP_SIZE")
 AGG_SIZE = _p4("AGG_SIZE")  # two copies of each slot, by iteration parity
 CPU_PORT = _p4("CPU_PORT")
 STATS_SIZE = _p4("STATS_SIZE")
+# cold-key sketch (sketch.p4): rows of SKETCH_WIDTH cells indexed by crc32(job_id, key) bits
+SKETCH_WIDTH = _p4("SKETCH_WIDTH")
+SKETCH_INDEX_BITS = _p4("SKETCH_INDEX_BITS")
+SKETCH_INDEX_MASK = _p4("SKETCH_INDEX_MASK")
+SKETCH_HASH_MAX = _p4("SKETCH_HASH_MAX")
+SKETCH_ROWS = 2  # sketch_cells0/1, sketch_row0/1: one P4 object per row
 DROP_SCALE = _p4("DROP_SCALE")  # drop_sim rate unit: probability * DROP_SCALE
 IPV4_LPM_SIZE = _p4("IPV4_LPM_SIZE")
 WORKER_ADMISSION_SIZE = _p4("WORKER_ADMISSION_SIZE")

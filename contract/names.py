@@ -54,6 +54,20 @@ REGISTER_AGG_KEY = _pinned("REGISTER_AGG_KEY")
 REGISTER_CACHE_VALUE = _pinned("REGISTER_CACHE_VALUE")
 REGISTER_CACHE_ITER = _pinned("REGISTER_CACHE_ITER")
 REGISTER_CACHE_KEY = _pinned("REGISTER_CACHE_KEY")
+# Cold-key sketch (p4src/include/sketch.p4): config table, counters the controller reads,
+# registers the data plane reads, one per row.
+TABLE_SKETCH_CONFIG = _pinned("TABLE_SKETCH_CONFIG")
+ACTION_SET_SKETCH = _pinned("ACTION_SET_SKETCH")
+COUNTER_SKETCH_ROW0 = _pinned("COUNTER_SKETCH_ROW0")
+COUNTER_SKETCH_ROW1 = _pinned("COUNTER_SKETCH_ROW1")
+REGISTER_SKETCH_CELLS0 = _pinned("REGISTER_SKETCH_CELLS0")
+REGISTER_SKETCH_CELLS1 = _pinned("REGISTER_SKETCH_CELLS1")
+SKETCH_ROW_COUNTERS = (COUNTER_SKETCH_ROW0, COUNTER_SKETCH_ROW1)
+SKETCH_CELL_REGISTERS = (REGISTER_SKETCH_CELLS0, REGISTER_SKETCH_CELLS1)
+# The digest is named after its struct type; p4c ignores @id there, so its id is p4c's hash
+# of the name (scripts/gen_p4info.py), like the HotKeyLookup objects'.
+DIGEST_SKETCH = "sketch_digest_t"
+DIGEST_SKETCH_FIELDS = (("job_id", 16), ("key", 64), ("epoch", 32), ("estimate", 32))
 
 # Controller headers (@controller_header in p4src/include/headers.p4)
 PACKET_IN = "packet_in"

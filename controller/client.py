@@ -84,6 +84,7 @@ class SwitchClient:
         self._out: queue.Queue = queue.Queue()
         self._arbitration: queue.Queue = queue.Queue()
         self._packets: queue.Queue = queue.Queue()
+        self._digests: queue.Queue = queue.Queue()
         self._stream = None
         self._thread: threading.Thread | None = None
         self._stream_error: ControllerError | None = None
@@ -180,6 +181,7 @@ class SwitchClient:
         self._session.clear()
         self._arbitration.put(None)
         self._packets.put(None)
+        self._digests.put(None)
 
     def _receive(self) -> bool:
         """Read one stream to its end; True if the switch answered our arbitration on it."""
@@ -200,6 +202,8 @@ class SwitchClient:
                     self._arbitration.put(msg.arbitration)
                 elif msg.HasField("packet"):
                     self._packets.put(msg.packet)
+                elif msg.HasField("digest"):
+                    self._digests.put(msg.digest)
                 elif msg.HasField("error"):
                     log.warning("switch %s reported a stream error: %s", self.addr, msg.error)
         except grpc.RpcError as e:
@@ -384,3 +388,19 @@ class SwitchClient:
             return self._packets.get(timeout=timeout)
         except queue.Empty:
             return None
+
+    # --- digests ---
+
+    def digest_list(self, timeout: float = 1.0) -> p4runtime_pb2.DigestList | None:
+        """The next DigestList, or None after `timeout` seconds or when the stream ended."""
+        try:
+            return self._digests.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def ack_digest(self, digest_id: int, list_id: int) -> None:
+        """DigestListAck: the switch may send the list's samples again."""
+        req = p4runtime_pb2.StreamMessageRequest()
+        req.digest_ack.digest_id = digest_id
+        req.digest_ack.list_id = list_id
+        self._out.put(req)

@@ -31,6 +31,7 @@
 #include "include/dedup.p4"
 #include "include/slot_store.p4"
 #include "include/tenancy.p4"
+#include "include/sketch.p4"
 
 control HotaggIngress(inout headers_t hdr,
                       inout local_metadata_t meta,
@@ -58,6 +59,8 @@ control HotaggIngress(inout headers_t hdr,
     SlotStore(stats) slots;
     FromController() from_controller;
     Admission() admission;
+    SketchConfig() sketch_config;
+    Sketch() sketch;
 
     @hidden
     action count_and_drop(stat_t reason) {
@@ -116,6 +119,8 @@ control HotaggIngress(inout headers_t hdr,
         meta.cached = 0;
         meta.removed_count = 0;
         meta.job.found = false;
+        meta.sketch.on = false;
+        meta.sketch.report = false;
         bool switch_op = false;     // op 1, 3, 7 or 9 of a known job: processed here
 
         if (hdr.packet_out.isValid()) {
@@ -202,6 +207,9 @@ control HotaggIngress(inout headers_t hdr,
                             switch_op = true;
                             meta.push_fresh = verdict == DedupVerdict.FRESH;
                             meta.lookup_keys = meta.push_fresh;
+                            if (meta.push_fresh) {
+                                sketch_config.apply(meta);  // cold-key sketch on or off
+                            }
                         }
                     }
                 } else if (hdr.hotagg.op == OP_PULL) {
@@ -232,6 +240,11 @@ control HotaggIngress(inout headers_t hdr,
                 HOTAGG_PROCESS_ENTRY(5)
                 HOTAGG_PROCESS_ENTRY(6)
                 HOTAGG_PROCESS_ENTRY(7)
+
+                // At most one cold key per packet reached the sketch's threshold.
+                if (meta.sketch.report) {
+                    digest<sketch_digest_t>(SKETCH_DIGEST_RECEIVER, meta.sketch.digest);
+                }
 
                 // The op's answer (the request mask was read by the entries; now it is
                 // replaced by the mask the op built).

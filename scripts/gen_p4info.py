@@ -50,6 +50,7 @@ PREFIX = {
     "counter": p4info_pb2.P4Ids.COUNTER,
     "direct_counter": p4info_pb2.P4Ids.DIRECT_COUNTER,
     "register": p4info_pb2.P4Ids.REGISTER,
+    "digest": p4info_pb2.P4Ids.DIGEST,
 }
 HEADER = "# proto-file: p4/config/v1/p4info.proto\n# proto-message: p4.config.v1.P4Info\n\n"
 
@@ -91,6 +92,12 @@ class Register:
 
 
 @dataclass(frozen=True)
+class Digest:
+    name: str  # the struct type's name: P4Info digest name and type_info struct key
+    fields: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
 class ControllerHeader:
     name: str  # @controller_header("...") argument: the P4Info name
     type_name: str  # the P4 header type: what p4c hashes for the id
@@ -104,6 +111,7 @@ class Program:
     counters: list[Counter] = field(default_factory=list)
     registers: list[Register] = field(default_factory=list)
     controller_headers: list[ControllerHeader] = field(default_factory=list)
+    digests: list[Digest] = field(default_factory=list)
 
 
 def describe() -> Program:
@@ -184,7 +192,19 @@ def describe() -> Program:
             size=c.PS_ADMISSION_SIZE,
         ),
     ]
+    # Cold-key sketch (sketch.p4), declared after the lookups.
+    prog.actions.append(Action(n.ACTION_SET_SKETCH, (("epoch", 32), ("threshold", 32))))
+    prog.tables.append(
+        Table(
+            n.TABLE_SKETCH_CONFIG,
+            keys=(),
+            actions=((n.ACTION_SET_SKETCH, False),),
+            default=(n.ACTION_SET_SKETCH, (0, 0)),
+            size=1,
+        )
+    )
     prog.counters.append(Counter(n.COUNTER_STATS, c.STATS_SIZE))
+    prog.counters += [Counter(name, c.SKETCH_WIDTH) for name in n.SKETCH_ROW_COUNTERS]
     prog.registers += [
         Register(n.REGISTER_DEDUP_SEQ, 32, c.DEDUP_SIZE),
         Register(n.REGISTER_DEDUP_MASK, 8, c.DEDUP_SIZE),
@@ -195,6 +215,8 @@ def describe() -> Program:
         Register(n.REGISTER_CACHE_ITER, 32, c.NUM_SLOTS),
         Register(n.REGISTER_CACHE_KEY, 64, c.NUM_SLOTS),
     ]
+    prog.registers += [Register(name, 64, c.SKETCH_WIDTH) for name in n.SKETCH_CELL_REGISTERS]
+    prog.digests.append(Digest(n.DIGEST_SKETCH, n.DIGEST_SKETCH_FIELDS))
     prog.controller_headers += [
         ControllerHeader(n.PACKET_IN, "packet_in_header_t", (("ingress_port", 9), ("_pad", 7))),
         ControllerHeader(n.PACKET_OUT, "packet_out_header_t", (("egress_port", 9), ("_pad", 7))),
@@ -223,6 +245,7 @@ def symbols(prog: Program) -> dict[str, list[str]]:
         "counter": [c.name for c in prog.counters],
         "direct_counter": [t.direct_counter for t in prog.tables if t.direct_counter],
         "register": [r.name for r in prog.registers],
+        "digest": [d.name for d in prog.digests],
     }
 
 
@@ -335,7 +358,15 @@ def build(prog: Program, pinned: dict[str, int]) -> p4info_pb2.P4Info:
         msg = info.registers.add(size=r.size)
         _preamble(msg.preamble, ids["register", r.name], r.name, alias[r.name])
         msg.type_spec.bitstring.bit.bitwidth = r.bitwidth
-    info.type_info.SetInParent()  # p4c always leaves an empty type_info
+    for d in prog.digests:
+        msg = info.digests.add()
+        _preamble(msg.preamble, ids["digest", d.name], d.name, alias[d.name])
+        msg.type_spec.struct.name = d.name
+    info.type_info.SetInParent()  # p4c always leaves a type_info, empty without digests
+    for d in prog.digests:
+        struct = info.type_info.structs[d.name]
+        for name, width in d.fields:
+            struct.members.add(name=name).type_spec.bitstring.bit.bitwidth = width
     return info
 
 

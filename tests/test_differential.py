@@ -7,7 +7,9 @@ marker goes from the frame's ingress port to every port. A switch keeps the orde
 ingress port to one egress port (and a burst of frames shares one ingress port, so the
 switch also processes them in the order sent), so each port's output splits exactly into
 what each frame caused there: per frame and port the bytes must agree. At the end every cell
-of the stats counter and the direct counter of every hot-key table entry must agree as well.
+of the stats counter and the direct counter of every hot-key table entry must agree as well,
+and so must every cell of the cold-key sketch's counters and the sketch's digests (member
+bytes, in order; list boundaries are timing and are not compared).
 
 Left out, because the targets cannot agree on them by construction:
 - drop rates strictly between 0 and 1: BMv2's v1model random() draws from a
@@ -42,6 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from p4.v1 import p4runtime_pb2
 from scapy.layers.l2 import Ether
 
 from contract.codec import encode, encode_frame, ipv4_checksum
@@ -58,8 +61,9 @@ from contract.constants import (
     Op,
 )
 from contract.layers import Hotagg
-from contract.names import hot_keys_table
+from contract.names import SKETCH_ROW_COUNTERS, hot_keys_table
 from controller.p4info import encode as encode_value
+from controller.sketch import Sketch
 from controller.stats import Stats
 from tests.conftest import TEST_JOBS, SwitchUnderTest, running_switch
 from tests.packet_harness import N_PORTS, SWITCH_MAC, host_ip, host_mac, plain_udp
@@ -147,10 +151,21 @@ def admission_default(action: str):
     return write
 
 
+# The cold-key sketch: on from the start (epoch 1), a new epoch and threshold, off, on again.
+SKETCH_THRESHOLD = 3
+
+
+def sketch(sut: SwitchUnderTest, epoch: int, threshold: int = SKETCH_THRESHOLD) -> None:
+    Sketch(sut.client, sut.p4info).start_epoch(epoch, threshold)
+
+
 # Controller writes during the sequence, to both targets before the frame at that fraction
 # of it. A drop rate of 1 (65536/65536) drops every hotagg packet on both, deterministically.
 WRITES = (
+    (0.3, lambda sut: sketch(sut, 2, 2)),
     (0.35, move_admissions),
+    (0.4, lambda sut: sketch(sut, 2, 0)),
+    (0.45, lambda sut: sketch(sut, 3)),
     (0.5, move_hot_keys),
     (0.6, lambda sut: sut.drop_rate(1.0)),
     (0.63, lambda sut: sut.drop_rate(0.0)),
@@ -610,6 +625,7 @@ class Target:
         self.restart()
 
     def restart(self) -> None:
+        self.sketch_digests: list[tuple[bytes, ...]] = []
         self.pending: dict[int, list] = {p: [] for p in (*PORTS, CPU_PORT)}
         self.seen: dict[int, int] = {p: -1 for p in (*PORTS, CPU_PORT)}
         self.cpu_marker = -1  # the last marker sent to the CPU
@@ -700,6 +716,26 @@ class Target:
             c.name: (c.packets, c.bytes) for c in Stats(self.sut.client, self.sut.p4info).read()
         }
 
+    def sketch_counters(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(counter, index) -> (packets, bytes) of every cell of the sketch's rows."""
+        got = {}
+        for row in SKETCH_ROW_COUNTERS:
+            request = p4runtime_pb2.Entity()
+            request.counter_entry.counter_id = self.sut.p4info.counter_id(row)
+            for entity in self.sut.client.read([request]):
+                ce = entity.counter_entry
+                got[(row, ce.index.index)] = (ce.data.packet_count, ce.data.byte_count)
+        return got
+
+    def take_digests(self, quiet: float = 0.3) -> list[tuple[bytes, ...]]:
+        """Every sketch digest so far (member bytes), waiting until none came for `quiet` s;
+        each list is acknowledged."""
+        while (lst := self.sut.client.digest_list(timeout=quiet)) is not None:
+            for data in lst.data:
+                self.sketch_digests.append(tuple(m.bitstring for m in data.struct.members))
+            self.sut.client.ack_digest(lst.digest_id, lst.list_id)
+        return self.sketch_digests
+
     def hot_key_counters(self) -> dict[tuple[str, int, int], tuple[int, int]]:
         """(table, job_id, key) -> (packets, bytes) of every hot-key table entry."""
         p4info = self.sut.p4info
@@ -757,6 +793,10 @@ def configure(targets: list[Target]) -> None:
         admit_initial(t.sut)
         for job, offsets in HOT.items():
             t.sut.hot(job, offsets)
+        # Reports as they come (no ack cache: each sample is unique per epoch anyway).
+        Sketch(t.sut.client, t.sut.p4info).configure(
+            1, SKETCH_THRESHOLD, max_list_size=16, max_timeout_ns=1_000_000, ack_timeout_ns=0
+        )
         t.restart()
     assert [t.sut.jobs for t in targets[1:]] == [targets[0].sut.jobs]
 
@@ -822,7 +862,12 @@ def differences(targets: list[Target], frames: list[Frame]) -> list[str]:
 def counter_differences(targets: list[Target]) -> list[str]:
     a, b = targets
     found = []
-    for what, get in (("stats", Target.stats), ("hot-key hits", Target.hot_key_counters)):
+    getters = (
+        ("stats", Target.stats),
+        ("hot-key hits", Target.hot_key_counters),
+        ("sketch", Target.sketch_counters),
+    )
+    for what, get in getters:
         got_a, got_b = get(a), get(b)
         for cell in sorted(set(got_a) | set(got_b), key=str):
             if got_a.get(cell) != got_b.get(cell):
@@ -838,6 +883,16 @@ def check(targets: list[Target], frames: list[Frame]) -> None:
     drive(targets, frames)
     diffs = differences(targets, frames)
     counters = counter_differences(targets)
+    digests = [t.take_digests() for t in targets]
+    if digests[0] != digests[1]:
+        first = next(
+            (i for i, (a, b) in enumerate(zip(*digests)) if a != b), min(map(len, digests))
+        )
+        counters.append(
+            f"sketch digests: {len(digests[0])} and {len(digests[1])}, first difference at "
+            f"#{first}: {targets[0].name} {digests[0][first : first + 1]} != "
+            f"{targets[1].name} {digests[1][first : first + 1]}"
+        )
     report = diffs[:5] + (
         [f"... and {len(diffs) - 5} more frames with other outputs"] if len(diffs) > 5 else []
     )
@@ -878,6 +933,9 @@ def test_targets_agree_on_a_long_random_sequence(targets):
             "FOREIGN_PS",
         ):
             assert stats[name][0] > 0, f"the sequence never caused {name}"
+        assert len(targets[0].sketch_digests) > 10, "the sketch reported (almost) nothing"
+        epochs = {d[2] for d in targets[0].sketch_digests}
+        assert epochs == {b"\x01", b"\x02", b"\x03"}, epochs
 
 
 def vlan_tagged(data: bytes, rng: random.Random) -> bytes:

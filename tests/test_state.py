@@ -275,7 +275,8 @@ def test_register():
 
 def test_schema_objects():
     tables = schema.build_tables()
-    assert len(tables) == 3 + 8 + 2
+    assert len(tables) == 3 + 8 + 2 + 1  # ..., the lookups, admission, sketch_config
+    assert tables[P + "sketch_config"].default() == (P + "set_sketch", (0, 0))  # off
     assert tables[P + "lookup7.hot_keys"].has_direct_counter
     workers, ps = tables[P + "worker_admission"], tables[P + "ps_admission"]
     assert [(f.name, f.bitwidth) for f in workers.fields] == [
@@ -291,6 +292,8 @@ def test_schema_objects():
     assert (regs[P + "agg_key"].size, regs[P + "agg_key"].bitwidth) == (32768, 64)
     assert regs[P + "dedup_mask"].bitwidth == 8
     assert schema.build_counters()[P + "stats"].size == 32
+    assert schema.build_counters()[P + "sketch_row1"].size == 4096
+    assert (regs[P + "sketch_cells0"].size, regs[P + "sketch_cells0"].bitwidth) == (4096, 64)
 
 
 def p4info_of_schema() -> p4info_pb2.P4Info:

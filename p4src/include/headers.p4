@@ -139,6 +139,23 @@ struct entry_meta_t {
     reg_index_t  cell_index;
 }
 
+// Sketch (sketch.p4): the digest of a cold key whose estimate reached the threshold (P4Info
+// digest "sketch_digest_t"), and the sketch's per-packet state.
+struct sketch_digest_t {
+    job_id_t  job_id;
+    hot_key_t key;
+    bit<32>   epoch;            // the sketch_config epoch it was counted in
+    bit<32>   estimate;         // count-min estimate of the key in that epoch, >= threshold
+}
+
+struct sketch_meta_t {
+    bool            on;         // a fresh PUSH and the sketch's threshold is not 0
+    bool            report;     // an entry of this packet is reported (one digest per packet)
+    bit<32>         epoch;      // from sketch_config
+    bit<32>         threshold;
+    sketch_digest_t digest;
+}
+
 struct local_metadata_t {
     bit<8>       entries_left;  // parser loop counter over hdr.entries (as in the tutorials' mri)
     // Set once the packet is marked to drop; nothing later may set egress_spec again, or
@@ -154,6 +171,7 @@ struct local_metadata_t {
     bit<8>       removed_count; // PUSH: entries removed from the packet
     job_meta_t   job;
     entry_meta_t entry;
+    sketch_meta_t sketch;
 }
 
 #endif  /* HOTAGG_HEADERS_P4 */

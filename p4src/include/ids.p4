@@ -25,6 +25,7 @@
 #define HOTAGG_ID_ACTION_SET_DROP_RATE 0x01000006  // HotaggIngress.set_drop_rate
 #define HOTAGG_ID_ACTION_ADMIT 0x01000007  // HotaggIngress.admit
 #define HOTAGG_ID_ACTION_REFUSE 0x01000008  // HotaggIngress.refuse
+#define HOTAGG_ID_ACTION_SET_SKETCH 0x01000009  // HotaggIngress.set_sketch
 
 // Tables (0x02)
 #define HOTAGG_ID_TABLE_IPV4_LPM 0x02000001  // HotaggIngress.ipv4_lpm
@@ -32,9 +33,12 @@
 #define HOTAGG_ID_TABLE_DROP_SIM 0x02000003  // HotaggIngress.drop_sim
 #define HOTAGG_ID_TABLE_WORKER_ADMISSION 0x02000004  // HotaggIngress.worker_admission
 #define HOTAGG_ID_TABLE_PS_ADMISSION 0x02000005  // HotaggIngress.ps_admission
+#define HOTAGG_ID_TABLE_SKETCH_CONFIG 0x02000006  // HotaggIngress.sketch_config
 
 // Counters (0x12)
 #define HOTAGG_ID_COUNTER_STATS 0x12000001  // HotaggIngress.stats
+#define HOTAGG_ID_COUNTER_SKETCH_ROW0 0x12000002  // HotaggIngress.sketch_row0
+#define HOTAGG_ID_COUNTER_SKETCH_ROW1 0x12000003  // HotaggIngress.sketch_row1
 
 // Direct counters (0x13): none pinned (the only ones live in HotKeyLookup).
 
@@ -47,8 +51,13 @@
 #define HOTAGG_ID_REGISTER_CACHE_VALUE 0x16000006  // HotaggIngress.cache_value
 #define HOTAGG_ID_REGISTER_CACHE_ITER 0x16000007  // HotaggIngress.cache_iter
 #define HOTAGG_ID_REGISTER_CACHE_KEY 0x16000008  // HotaggIngress.cache_key
+#define HOTAGG_ID_REGISTER_SKETCH_CELLS0 0x16000009  // HotaggIngress.sketch_cells0
+#define HOTAGG_ID_REGISTER_SKETCH_CELLS1 0x1600000a  // HotaggIngress.sketch_cells1
 
-// Next free: action 0x01000009, table 0x02000006, counter 0x12000002,
-// direct counter 0x13000001, register 0x16000009.
+// Digests (0x17): none pinned. sketch_digest_t (sketch.p4) is named after its struct type,
+// and p4c ignores an @id there: it gets p4c's hashed id, 0x17159c53.
+
+// Next free: action 0x0100000a, table 0x02000007, counter 0x12000004,
+// direct counter 0x13000001, register 0x1600000b.
 
 #endif  /* HOTAGG_IDS_P4 */

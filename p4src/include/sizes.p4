@@ -45,6 +45,15 @@ const bit<16> HOTAGG_PORT = 18497;
 // BMv2 --cpu-port: fits 9 bits and is neither 0 nor 511 (the drop port).
 const bit<9> CPU_PORT = 255;
 
+// Cold-key sketch (sketch.p4): SKETCH_ROWS = 2 rows of SKETCH_WIDTH cells, indexed by the
+// bits of crc32(job_id, key) mod SKETCH_HASH_MAX: row r uses bits [12r + 11 : 12r].
+const bit<32> SKETCH_WIDTH = 4096;
+const bit<32> SKETCH_INDEX_MASK = 0xfff;    // SKETCH_WIDTH - 1
+const bit<8>  SKETCH_INDEX_BITS = 12;       // log2(SKETCH_WIDTH)
+const bit<32> SKETCH_HASH_MAX = 16777216;   // 2^(SKETCH_ROWS * SKETCH_INDEX_BITS)
+// Digest receiver id (v1model digest(); BMv2 ignores it, the P4Info digest names the type).
+const bit<32> SKETCH_DIGEST_RECEIVER = 1;
+
 /* ---- index layouts (bounds-safe by construction: every index is masked) ---- */
 // Two copies of each slot by iteration parity: agg index = (iteration & 1) << SLOT_BITS | slot.
 const bit<8>  SLOT_BITS = 14;        // log2(NUM_SLOTS)

@@ -237,6 +237,7 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
             HOTAGG_LOAD_ENTRY(I)                                                      \
         }                                                                             \
         slots.apply(hdr, meta);                                                       \
+        HOTAGG_SKETCH_ENTRY                                                           \
         if (meta.rewrite) {                                                           \
             hdr.entries[I].key = meta.entry.key;                                      \
             hdr.entries[I].value = meta.entry.value;                                  \

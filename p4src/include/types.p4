@@ -32,6 +32,7 @@ typedef bit<8>  entry_mask_t;   // bit i = entry position i; K = 8 positions fit
 typedef bit<32> slot_t;
 typedef bit<32> reg_index_t;
 typedef bit<32> stat_t;         // cell of HotaggIngress.stats
+typedef bit<64> sketch_cell_t;  // sketch.p4: epoch (63..32) | reported (31) | count (30..0)
 
 /* ---- wire constants ---- */
 const bit<16> ETHERTYPE_IPV4 = 0x0800;

@@ -40,12 +40,14 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from contract.constants import CPU_PORT
+from contract.names import DIGEST_SKETCH
 from softswitch.p4rt.arbitration import Arbiter, Client, election_int
 from softswitch.p4rt.binding import Binding, BindingError, bind
 from softswitch.p4rt.codec import decode, encode, header_len, pack_header, unpack_header
+from softswitch.p4rt.digests import DigestManager
 from softswitch.p4rt.entities import read_entity, write_update
 from softswitch.p4rt.errors import STATUS_DETAILS_KEY, P4RTError, batch_status
-from softswitch.p4rt.parse import Fallback, WriteIn, parse_write_request, write_in
+from softswitch.p4rt.parse import EntryIn, Fallback, WriteIn, parse_write_request, write_in
 from softswitch.p4rt.wire import chunks
 
 log = logging.getLogger(__name__)
@@ -145,6 +147,19 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.arbitration_timeout = arbitration_timeout
         self._streams: set[Client] = set()
         self._streams_lock = threading.Lock()
+        # Digests the pipeline emits (p4rt/digests.py), by the P4Info name of their struct.
+        self.digests = DigestManager(self._send_digest)
+        pipeline.digest_sink = self._learn
+
+    def _learn(self, sample: tuple[int, ...]) -> None:
+        self.digests.learn(DIGEST_SKETCH, sample)
+
+    def _send_digest(self, msg: p4runtime_pb2.StreamMessageResponse) -> bool:
+        primary = self.arbiter.primary("")
+        if primary is None:
+            return False
+        primary.outbox.put(msg)
+        return True
 
     # ------------------------------------------------------------------ helpers
     def undecodable(self, request: Undecodable, peer: str) -> P4RTError:
@@ -224,6 +239,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             if action == SetReq.VERIFY_AND_COMMIT:
                 self.pipeline.reset()  # a new pipeline starts from empty tables and registers
             self.config = new
+            self.digests.set_pipeline(new.p4info)  # no digest configured, nothing pending
             self.saved_uncommitted = action == SetReq.VERIFY_AND_SAVE
         log.info("pipeline config set (%s)", SetReq.Action.Name(action))
         return p4runtime_pb2.SetForwardingPipelineConfigResponse()
@@ -260,7 +276,10 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         with self.lock:
             for kind, entity in req.updates:
                 try:
-                    write_update(binding, kind, entity)
+                    if not isinstance(entity, EntryIn) and entity.HasField("digest_entry"):
+                        self.digests.write(kind, entity.digest_entry)
+                    else:
+                        write_update(binding, kind, entity)
                     results.append(None)
                 except P4RTError as e:
                     results.append(e)
@@ -298,7 +317,12 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             self._check_device(request.device_id)
             binding = self._binding()
             with self.lock:  # a consistent snapshot; encoded and streamed after the lock
-                found = [read_entity(binding, ent) for ent in request.entities]
+                found = [
+                    self.digests.read(ent.digest_entry)
+                    if ent.HasField("digest_entry")
+                    else read_entity(binding, ent)
+                    for ent in request.entities
+                ]
         except P4RTError as e:
             context.abort(e.code, e.message)
         try:
@@ -373,6 +397,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                     self._arbitrate(client, req.arbitration)
                 elif which == "packet":
                     self._packet_out(client, req.packet)
+                elif which == "digest_ack":
+                    self.digests.ack(req.digest_ack.digest_id, req.digest_ack.list_id)
         except P4RTError as e:
             client.outbox.put(e)
         except grpc.RpcError:
@@ -576,6 +602,7 @@ class P4RuntimeServer:
         self.service.packet_in(data)
 
     def stop(self, grace: float | None = 1.0) -> None:
+        self.service.digests.stop()
         if self._server is not None:
             self._server.stop(grace).wait()
             self._server = None

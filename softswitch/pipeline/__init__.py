@@ -9,6 +9,7 @@ those references stay valid across reset().
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from contract import names
 from softswitch import schema
@@ -43,6 +44,15 @@ class Pipeline:
         self.cache_value = r[names.REGISTER_CACHE_VALUE].values
         self.cache_iter = r[names.REGISTER_CACHE_ITER].values
         self.cache_key = r[names.REGISTER_CACHE_KEY].values
+        # cold-key sketch (sketch.py): config table, (packets, bytes) per row, cells per row
+        self.t_sketch = self.tables[names.TABLE_SKETCH_CONFIG]
+        rows = [self.counters[c] for c in names.SKETCH_ROW_COUNTERS]
+        self.sketch_rows = tuple((c.packets, c.bytes) for c in rows)
+        self.sketch_cells = tuple(r[c].values for c in names.SKETCH_CELL_REGISTERS)
+        # Receives each digest (job_id, key, epoch, estimate) the pipeline emits; the
+        # P4Runtime server sets it (p4rt/digests.py). None: digests are kept in `digests`.
+        self.digest_sink: Callable[[tuple[int, ...]], None] | None = None
+        self.digests: list[tuple[int, ...]] = []
         # ipv4_lpm decisions by destination, valid while route_gen == t_lpm._gen (forwarding)
         self.route_cache: dict[int, tuple | None] = {}
         self.route_gen = -1

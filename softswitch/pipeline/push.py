@@ -36,6 +36,7 @@ from softswitch.pipeline.parser import (
     processed,
     remove_entries,
 )
+from softswitch.pipeline.sketch import count_cold
 
 if TYPE_CHECKING:
     from softswitch.pipeline import Pipeline
@@ -59,9 +60,17 @@ BITS = tuple(1 << i for i in range(MAX_ENTRIES))
 
 
 def aggregate(
-    p: Pipeline, frame: bytes, nbytes: int, count: int, job_id: int, job: tuple, it: int
+    p: Pipeline,
+    frame: bytes,
+    nbytes: int,
+    count: int,
+    job_id: int,
+    job: tuple,
+    it: int,
+    misses: list[int],
 ) -> int:
-    """Add the hot entries into this iteration's slot copy; returns the applied mask.
+    """Add the hot entries into this iteration's slot copy; returns the applied mask and
+    appends the keys that missed the hot-key tables to `misses`, in entry order.
 
     Entry i is looked up in instance i as hot_key_lookup.lookup_slots does, inlined here so
     the eight entries cost one pass: a hit counts on the instance's direct counter, an
@@ -79,6 +88,7 @@ def aggregate(
         if rec is None:
             rec = t._default_rec
             if rec[0] != set_slot:
+                misses.append(key)
                 continue
         else:
             ctr = rec[2]
@@ -154,7 +164,16 @@ def push(
         sb[PUSH_STALE] += nbytes
         return []
     else:
-        mask = aggregate(p, frame, nbytes, count, job_id, job, it)
+        misses: list[int] = []
+        mask = aggregate(p, frame, nbytes, count, job_id, job, it, misses)
+        epoch, threshold = p.t_sketch._default_rec[1]
+        if threshold and misses:  # the cold-key sketch is on (sketch.py)
+            digest = count_cold(p, job_id, misses, nbytes, epoch, threshold)
+            if digest is not None:
+                if p.digest_sink is None:
+                    p.digests.append(digest)
+                else:
+                    p.digest_sink(digest)
         p.dedup_seq[d] = seq
         p.dedup_mask[d] = mask
     if mask == FULL[count]:

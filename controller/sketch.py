@@ -1,0 +1,175 @@
+"""The switch's cold-key sketch (p4src/include/sketch.p4), for the controller's online loop.
+
+The data plane counts, per (job_id, key), the entries of fresh PUSHes that miss the hot-key
+tables, in a count-min sketch of 2 rows. The controller sees it two ways, both standard
+P4Runtime that BMv2 and the embedded target serve:
+- `read_sketch()`: the rows' indirect counters (cumulative since the pipeline was set);
+  `SketchCounts.since(older)` gives the counts of an interval and `estimate(job, key)` the
+  count-min estimate (>= the key's true count, equal when no other key shares its cells);
+- `candidates()`: the digests of keys whose estimate reached the threshold, one per key and
+  epoch (a Bloom filter in the switch), each list acknowledged as it is taken.
+`configure(epoch, threshold)` turns it on (threshold 0 turns it off) and starts an epoch;
+`start_epoch(n)` moves on to a new one, which resets the in-switch counts and reports
+lazily. The counters are never reset: the caller keeps the previous read.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from p4.v1 import p4runtime_pb2
+
+from contract import names
+from contract.constants import SKETCH_WIDTH
+from contract.sketch import indexes
+from controller.client import SwitchClient
+from controller.errors import BadInput, EntryExists
+from controller.online import Observation
+from controller.p4info import P4Info, decode
+
+TABLE = names.TABLE_SKETCH_CONFIG
+SET_SKETCH = names.ACTION_SET_SKETCH
+U32 = (1 << 32) - 1
+# Digest list defaults: at most 64 reports per list, sent within 10 ms; an unacknowledged
+# report is held back for 1 s (PI's ack cache) before the same one may come again.
+MAX_LIST_SIZE = 64
+MAX_TIMEOUT_NS = 10_000_000
+ACK_TIMEOUT_NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One digest: `key` of job `job_id` reached `estimate` >= threshold in `epoch`."""
+
+    job_id: int
+    key: int
+    epoch: int
+    estimate: int
+
+
+@dataclass(frozen=True)
+class SketchCounts:
+    """Packet counts of each row's cells (rows[r][i])."""
+
+    rows: tuple[tuple[int, ...], ...]
+
+    def since(self, older: SketchCounts) -> SketchCounts:
+        """The counts of the interval between `older` and this read."""
+        return SketchCounts(
+            tuple(tuple(a - b for a, b in zip(new, old)) for new, old in zip(self.rows, older.rows))
+        )
+
+    def estimate(self, job_id: int, key: int) -> int:
+        """Count-min estimate of (job_id, key): >= its true count."""
+        return min(row[i] for row, i in zip(self.rows, indexes(job_id, key)))
+
+
+class Sketch:
+    """The cold-key sketch of one switch."""
+
+    def __init__(self, client: SwitchClient, p4info: P4Info) -> None:
+        self.client = client
+        self.p4info = p4info
+        digest = next(
+            (d for d in p4info.message.digests if d.preamble.name == names.DIGEST_SKETCH), None
+        )
+        if digest is None:
+            raise BadInput(f"the P4Info has no digest {names.DIGEST_SKETCH}")
+        self.digest_id = digest.preamble.id
+
+    def configure(
+        self,
+        epoch: int,
+        threshold: int,
+        max_list_size: int = MAX_LIST_SIZE,
+        max_timeout_ns: int = MAX_TIMEOUT_NS,
+        ack_timeout_ns: int = ACK_TIMEOUT_NS,
+    ) -> None:
+        """Configure the digest (insert, or modify if it is configured) and set epoch and
+        threshold. Threshold 0 turns the sketch off; above 2^31 - 1 it counts without
+        reporting."""
+        entry = p4runtime_pb2.DigestEntry(digest_id=self.digest_id)
+        entry.config.max_list_size = max_list_size
+        entry.config.max_timeout_ns = max_timeout_ns
+        entry.config.ack_timeout_ns = ack_timeout_ns
+        update = p4runtime_pb2.Update(type=p4runtime_pb2.Update.INSERT)
+        update.entity.digest_entry.CopyFrom(entry)
+        try:
+            self.client.write([update])
+        except EntryExists:
+            update.type = p4runtime_pb2.Update.MODIFY
+            self.client.write([update])
+        self.set(epoch, threshold)
+
+    def set(self, epoch: int, threshold: int) -> None:
+        """Epoch and threshold (the sketch_config default action)."""
+        for what, v in (("epoch", epoch), ("threshold", threshold)):
+            if not 0 <= v <= U32:
+                raise BadInput(f"sketch {what} {v} is not in [0, 2^32 - 1]")
+        params = {"epoch": epoch, "threshold": threshold}
+        self.client.write_entries("modify", [self.p4info.default_entry(TABLE, SET_SKETCH, params)])
+
+    def start_epoch(self, epoch: int, threshold: int) -> None:
+        """A new epoch: counts and reports in the switch start again from zero."""
+        self.set(epoch, threshold)
+
+    def read_sketch(self) -> SketchCounts:
+        """Every cell of both rows' counters (one Read)."""
+        requests = []
+        for name in names.SKETCH_ROW_COUNTERS:
+            request = p4runtime_pb2.Entity()
+            request.counter_entry.counter_id = self.p4info.counter_id(name)
+            requests.append(request)
+        row_of = {self.p4info.counter_id(n): r for r, n in enumerate(names.SKETCH_ROW_COUNTERS)}
+        rows = [[0] * SKETCH_WIDTH for _ in names.SKETCH_ROW_COUNTERS]
+        for entity in self.client.read(requests):
+            ce = entity.counter_entry
+            rows[row_of[ce.counter_id]][ce.index.index] = ce.data.packet_count
+        return SketchCounts(tuple(tuple(r) for r in rows))
+
+    def candidates(self, timeout: float = 0.0) -> list[Candidate]:
+        """The reports received so far (waiting up to `timeout` s for a first list); every
+        list is acknowledged."""
+        out: list[Candidate] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            wait = 0.0 if out else max(0.0, deadline - time.monotonic())
+            lst = self.client.digest_list(timeout=wait)
+            if lst is None:
+                return out
+            if lst.digest_id != self.digest_id:
+                continue
+            for data in lst.data:
+                out.append(Candidate(*(decode(m.bitstring) for m in data.struct.members)))
+            self.client.ack_digest(lst.digest_id, lst.list_id)
+
+
+class SketchSource:
+    """A `controller.online.RateSource` over the sketch: each read takes the reports that
+    came in (new candidate keys of `job_id`), the counters' counts since the previous read
+    as each known candidate's estimate, and starts the next epoch so that keys are reported
+    again. Incomplete (only reported keys are counted), so the loop leaves the oracle out.
+
+    The estimate over-counts a key by what other keys add to its cells; keys once reported
+    stay candidates (`forget` drops some, e.g. when they became hot)."""
+
+    def __init__(self, sketch: Sketch, job_id: int, threshold: int, epoch: int = 1) -> None:
+        self.sketch, self.job_id, self.threshold = sketch, job_id, threshold
+        self.epoch = epoch
+        self.known: set[int] = set()
+        sketch.configure(epoch, threshold)
+        self._last = sketch.read_sketch()
+
+    def forget(self, keys: set[int]) -> None:
+        self.known -= keys
+
+    def read(self) -> Observation:
+        self.known |= {c.key for c in self.sketch.candidates() if c.job_id == self.job_id}
+        now = self.sketch.read_sketch()
+        interval = now.since(self._last)
+        self._last = now
+        self.epoch = (self.epoch + 1) & U32 or 1
+        self.sketch.start_epoch(self.epoch, self.threshold)
+        counts = {k: float(n) for k in self.known if (n := interval.estimate(self.job_id, k))}
+        return Observation(counts)
