@@ -38,9 +38,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from controller.errors import BadInput
-from controller.hot_keys import HotKeys
+import numpy as np
+from p4.v1 import p4runtime_pb2
+
+from contract.constants import MAX_ENTRIES
+from contract.names import hot_keys_table, set_slot_action
+from controller import wire
+from controller.errors import BadInput, BudgetExceeded, WriteError
+from controller.hot_keys import HotKeys, check_key
 from controller.jobs import Job
+
+_NONE = np.zeros(0, np.int64)
 
 
 @dataclass
@@ -57,6 +65,23 @@ class RateSource(Protocol):
     def read(self) -> Observation: ...
 
 
+def read_hits(hot_keys: HotKeys, job_id: int) -> dict[int, int]:
+    """A job's hot-key hits summed over the 8 lookup instances' direct counters, in one Read
+    RPC for all 8 tables (HotKeys.list(counters=True) sends one per table)."""
+    p4info = hot_keys.p4info
+    entities = [
+        p4runtime_pb2.Entity(table_entry=p4info.wildcard(hot_keys_table(i), counters=True))
+        for i in range(MAX_ENTRIES)
+    ]
+    hits: dict[int, int] = {}
+    for ent in hot_keys.client.read(entities):
+        e = p4info.decode_entry(ent.table_entry)
+        if int(e.match["job_id"]) == job_id:  # type: ignore[arg-type]
+            key = int(e.match["key"])  # type: ignore[arg-type]
+            hits[key] = hits.get(key, 0) + e.packets
+    return hits
+
+
 class SwitchHitsSource:
     """Updates of the hot keys from the hot-key tables' direct counters (module doc)."""
 
@@ -66,8 +91,11 @@ class SwitchHitsSource:
         self.hot_keys, self.job_id, self.weight = hot_keys, job_id, weight
         self._last: dict[int, int] = {}
 
+    def hits(self) -> dict[int, int]:
+        return read_hits(self.hot_keys, self.job_id)
+
     def read(self) -> Observation:
-        now = {hk.key: hk.packets for hk in self.hot_keys.list(self.job_id, counters=True)}
+        now = self.hits()
         counts = {}
         for key, hits in now.items():
             before = self._last.get(key, 0)
@@ -85,7 +113,7 @@ class PSFrequencySource:
         if not paths:
             raise BadInput("no PS frequency file given")
         self.paths = [Path(p) for p in paths]
-        self._last: dict[Path, tuple[int, dict[int, int]]] = {}
+        self._last: dict[Path, tuple[int, np.ndarray, np.ndarray]] = {}
 
     def read(self) -> Observation:
         from hosts.stats import read_frequency  # the file's one reader
@@ -101,15 +129,20 @@ class PSFrequencySource:
                 done = int(freq.meta.get("iterations", "0"))
             except (OSError, ValueError) as exc:
                 raise BadInput(f"PS frequency file {path}: {exc}") from None
-            cold = dict(zip(freq.keys.tolist(), freq.cold.tolist()))
-            prev_done, prev = self._last.get(path, (0, {}))
+            order = np.argsort(freq.keys, kind="stable")
+            keys, cold = freq.keys[order], freq.cold[order]
+            prev_done, prev_keys, prev_cold = self._last.get(path, (0, _NONE, _NONE))
             if done < prev_done:  # a new run started: a fresh file
-                prev_done, prev = 0, {}
-            for key, n in cold.items():
-                delta = n - prev.get(key, 0)
-                if delta > 0:
-                    counts[key] = counts.get(key, 0.0) + delta
-            self._last[path] = (done, cold)
+                prev_done, prev_keys, prev_cold = 0, _NONE, _NONE
+            # The file lists every key ever updated (tens of thousands): difference it with
+            # numpy, only the keys updated since the last read become Python objects.
+            at = np.minimum(np.searchsorted(prev_keys, keys), max(len(prev_keys) - 1, 0))
+            known = prev_keys[at] == keys if len(prev_keys) else np.zeros(len(keys), bool)
+            delta = cold - np.where(known, prev_cold[at] if len(prev_cold) else 0, 0)
+            moved = delta > 0
+            for key, n in zip(keys[moved].tolist(), delta[moved].tolist()):
+                counts[key] = counts.get(key, 0.0) + n
+            self._last[path] = (done, keys, cold)
             iterations.append(done)
             spans.append(done - prev_done)
         return Observation(
@@ -288,21 +321,89 @@ class HotSetTarget(Protocol):
 
 
 class SwitchTarget:
-    """A job's hot keys on one switch, over P4Runtime."""
+    """A job's hot keys on one switch, over P4Runtime, kept in the loop's own record.
+
+    The record (key -> offset, as in lookup instance 0) is read from the switch once, and
+    again after a failed write; apply() keeps it up to date, so a step reads nothing back.
+    apply() sends the whole change in one Write RPC: deletes from instances 0..7, then
+    inserts into 7..0 at the offsets the deletes freed (HotKeys' order, so that instance 0
+    stays the record if the switch refuses part of it; the data plane's slot tags keep the
+    sums exact whatever the order, docs/design.md section 4). Like HotKeys, it tolerates
+    orphans of an interrupted earlier write: NOT_FOUND from a delete in instances 1..7 is
+    ignored, ALREADY_EXISTS from an insert there is rewritten with MODIFY."""
 
     def __init__(self, hot_keys: HotKeys, job: Job) -> None:
         self.hot_keys, self.job = hot_keys, job
+        p4info = hot_keys.p4info
+        self._keys_only = [p4info.encoder(hot_keys_table(i)) for i in range(MAX_ENTRIES)]
+        self._with_slot = [
+            p4info.encoder(hot_keys_table(i), set_slot_action(i)) for i in range(MAX_ENTRIES)
+        ]
+        self._offsets: dict[int, int] | None = None
+        self.reads = self.writes = 0  # RPCs sent (the benchmark's and the tests' view)
+
+    def offsets(self) -> dict[int, int]:
+        if self._offsets is None:
+            self._offsets = {hk.key: hk.offset for hk in self.hot_keys.list(self.job.job_id)}
+            self.reads += 1
+        return self._offsets
 
     def current(self) -> set[int]:
-        return {hk.key for hk in self.hot_keys.list(self.job.job_id)}
+        return set(self.offsets())
 
     def apply(self, changes: Changes) -> None:
-        # Evict first, so the offsets they free can take the new keys at once: the slot tags
-        # keep the leaving keys' sums until collected (docs/design.md section 4).
-        if changes.remove:
-            self.hot_keys.evict(self.job.job_id, changes.remove)
-        if changes.add:
-            self.hot_keys.install(self.job, changes.add)
+        if not changes.add and not changes.remove:
+            return
+        offsets = dict(self.offsets())
+        remove = list(dict.fromkeys(check_key(k) for k in changes.remove))
+        missing = [k for k in remove if k not in offsets]
+        if missing:
+            raise BadInput(f"key {missing[0]} is not hot for job {self.job.job_id}")
+        for k in remove:
+            del offsets[k]
+        add = [k for k in dict.fromkeys(check_key(k) for k in changes.add) if k not in offsets]
+        used = set(offsets.values())
+        if len(add) > self.job.slot_count - len(used):
+            raise BudgetExceeded(
+                f"job {self.job.job_id} has {self.job.slot_count} slots, {len(used)} in use: "
+                f"no room for {len(add)} more keys"
+            )
+        free = (o for o in range(self.job.slot_count) if o not in used)
+        added = [(k, next(free)) for k in add]
+        jid = self.job.job_id
+        delete, insert = p4runtime_pb2.Update.DELETE, p4runtime_pb2.Update.INSERT
+        batch: list[tuple[int, int, bytes]] = []  # (type, instance, TableEntry bytes)
+        for i in range(MAX_ENTRIES):
+            batch += [(delete, i, self._keys_only[i]((jid, k))) for k in remove]
+        for i in reversed(range(MAX_ENTRIES)):
+            batch += [(insert, i, self._with_slot[i]((jid, k), (o,))) for k, o in added]
+        try:
+            self._write([wire.update(kind, entry) for kind, _, entry in batch])
+            repair = []
+        except WriteError as e:
+            repair = []
+            for x in e.errors:
+                kind, i, entry = batch[x.index]
+                if i and kind == delete and x.code == "NOT_FOUND":
+                    continue  # an orphan's instance that an earlier delete already emptied
+                if i and kind == insert and x.code == "ALREADY_EXISTS":
+                    repair.append(wire.update(p4runtime_pb2.Update.MODIFY, entry))
+                    continue
+                self._offsets = None  # the switch holds something else: read it again
+                raise
+        if repair:
+            try:
+                self._write(repair)
+            except WriteError:
+                self._offsets = None
+                raise
+        for k, o in added:
+            offsets[k] = o
+        self._offsets = offsets
+
+    def _write(self, updates: list[bytes]) -> None:
+        self.writes += 1
+        self.hot_keys.client.write(updates, batch_size=len(updates), stop_on_error=False)
 
 
 @dataclass

@@ -105,7 +105,8 @@ def write_frequency(
     with open(tmp, "w") as f:
         f.write(f"{FREQ_MAGIC} {head}\n{','.join(FREQ_COLUMNS)}\n")
         table = np.stack([keys, updates[keys], cold[keys], collected[keys]], axis=1)
-        np.savetxt(f, table, fmt="%d", delimiter=",")
+        # np.savetxt's output, ~3x faster: the PS rewrites this every --freq-every iterations
+        f.writelines(f"{k},{u},{c},{n}\n" for k, u, c, n in table.tolist())
     tmp.replace(path)
 
 

@@ -12,7 +12,7 @@ import pytest
 from controller.cli import main
 from controller.client import SwitchClient
 from controller.errors import BadInput
-from controller.hot_keys import HotKey, HotKeys
+from controller.hot_keys import HotKeys
 from controller.jobs import Jobs
 from controller.online import (
     Changes,
@@ -24,6 +24,7 @@ from controller.online import (
     RateEstimator,
     SwitchHitsSource,
     SwitchTarget,
+    read_hits,
 )
 from hosts.stats import write_frequency
 from hosts.workloads import DriftSpec, ZipfWorkload
@@ -161,27 +162,20 @@ def test_the_loop_follows_a_drifting_head() -> None:
     assert sum(len(r.added) for r in later) > 20  # it did move with the drift
 
 
-def _hot(key: int, packets: int) -> HotKey:
-    return HotKey(1, key, 0, packets=packets)
-
-
 def test_switch_hits_source_takes_differences_and_restarted_counters() -> None:
-    class FakeHotKeys:
-        def __init__(self) -> None:
-            self.now: list[HotKey] = []
+    class FakeHits(SwitchHitsSource):
+        now: dict[int, int] = {}
 
-        def list(self, job_id, counters=False):
-            assert job_id == 1 and counters
+        def hits(self) -> dict[int, int]:
             return self.now
 
-    fake = FakeHotKeys()
-    src = SwitchHitsSource(fake, 1, weight=0.5)  # type: ignore[arg-type]
-    fake.now = [_hot(1, 10), _hot(2, 4)]
+    src = FakeHits(None, 1, weight=0.5)  # type: ignore[arg-type]
+    src.now = {1: 10, 2: 4}
     assert src.read().counts == {1: 5.0, 2: 2.0}
-    fake.now = [_hot(1, 30), _hot(2, 2)]  # key 2 was evicted and installed again
+    src.now = {1: 30, 2: 2}  # key 2 was evicted and installed again
     assert src.read().counts == {1: 10.0, 2: 1.0}
     with pytest.raises(BadInput):
-        SwitchHitsSource(fake, 1, weight=0)  # type: ignore[arg-type]
+        SwitchHitsSource(None, 1, weight=0)  # type: ignore[arg-type]
 
 
 def test_ps_frequency_source_reads_cold_counts_per_interval(tmp_path) -> None:
@@ -234,6 +228,43 @@ def test_cli_auto_moves_keys_from_a_frequency_file(capsys, switch: Switch, tmp_p
         args = [*argv, bad, needle if bad != "--budget" else "17"]
         assert main(args) == 5
         assert "hotagg-ctl: error:" in capsys.readouterr().err
+
+
+def test_switch_target_moves_keys_in_one_write_and_reads_hits_in_one_read(
+    switch: Switch,
+) -> None:
+    # The loop's switch side on the embedded switch's P4Runtime server: a step's changes go
+    # out in one Write RPC (deletes and inserts in all 8 instances), the hot set is not read
+    # back, orphans of an interrupted earlier write are tolerated as HotKeys does, and the
+    # hit counters of the 8 instances come in one Read RPC.
+    from controller.tenancy import Tenancy, admission
+    from tests.test_controller import push_frame
+
+    with switch.client() as c:
+        job = Jobs(c, switch.p4info).add(1, 4)
+        hot = HotKeys(c, switch.p4info)
+        hot.install(job, [5, 6, 7])
+        Tenancy(c, switch.p4info).admit([admission(1, 0, 1, "10.0.0.1")])  # push_frame's
+        # orphans: 9 in instance 3 only (an interrupted install), 6 gone from instance 5
+        c.write_entries("insert", [hot._entries(3, 1, [(9, 3)])[0]])
+        c.write_entries("delete", hot._keys(5, 1, [6]))
+        switch.pipeline.process(1, push_frame(1, [5, 6, 5, 77]))
+        reads = []
+        c.read = lambda ents, read=c.read: reads.append(1) or read(ents)  # type: ignore[method-assign]
+        assert read_hits(hot, 1) == {5: 2, 6: 1, 7: 0, 9: 0} and len(reads) == 1  # 9: orphan
+        target = SwitchTarget(hot, job)
+        assert target.current() == {5, 6, 7} and target.reads == 1
+        target.apply(Changes(add=[9, 10], remove=[6]))
+        assert target.writes == 2  # the batch, then the orphan's MODIFY
+        assert target.current() == {5, 7, 9, 10} and target.reads == 1  # not read back
+        want = {5: 0, 7: 2, 9: 1, 10: 3}  # 6's offset 1 went to 9, the free 3 to 10
+        for i in range(8):
+            got = {e.match[1]: e.params[0] for e in switch.hot(i).entries()}
+            assert got == want, (i, got)
+        target.apply(Changes(add=[], remove=[]))
+        assert target.writes == 2  # nothing to change: no RPC
+        with pytest.raises(BadInput, match="not hot"):
+            target.apply(Changes(add=[], remove=[6]))
 
 
 def test_the_loop_moves_keys_on_a_switch_while_a_job_trains(switch: Switch, tmp_path) -> None:
