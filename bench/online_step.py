@@ -37,7 +37,8 @@ pipeline = Pipeline(seed=1)
 server = P4RuntimeServer(pipeline, address="127.0.0.1:0")
 print(server.start(), flush=True)
 def traffic():
-    frames = [push_frame(1, [k, k + 1, k + 2, k + 3], seq) for seq, k in enumerate(range(0, 400, 4), 1)]
+    keys = range(0, 400, 4)
+    frames = [push_frame(1, [k, k + 1, k + 2, k + 3], seq) for seq, k in enumerate(keys, 1)]
     while True:
         for f in frames:
             pipeline.process(1, f)
@@ -51,15 +52,15 @@ sys.stdin.read()
 class Counting:
     """Counts a SwitchClient's Read and Write RPCs."""
 
-    def __init__(self, client) -> None:  # noqa: ANN001 (a SwitchClient)
+    def __init__(self, client) -> None:
         self.reads = self.writes = 0
         read, write = client.read, client._write
 
-        def counted_read(entities):  # noqa: ANN001, ANN202
+        def counted_read(entities):
             self.reads += 1
             return read(entities)
 
-        def counted_write(req, timeout=None):  # noqa: ANN001, ANN202
+        def counted_write(req, timeout=None):
             self.writes += 1
             return write(req, timeout=timeout)
 

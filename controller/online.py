@@ -2,20 +2,27 @@
 
 Each step the loop reads what happened since the last step from a `RateSource`, folds it into
 per-key rates with exponential decay (`RateEstimator`), lets a `Hysteresis` policy pick a few
-changes to the hot set, and applies them to the switch (`HotKeys.evict`, then `install`, so
-freed offsets are reused at once: the data plane keeps that exact, docs/design.md section 4).
+changes to the hot set, and applies them to the switch (`SwitchTarget`: evictions and
+installs in one Write RPC, freed offsets reused at once: the data plane keeps that exact,
+docs/design.md section 4). The target keeps its own record of the hot set, so a step reads
+nothing back from the switch; with `PSFrequencySource(collected=True)` as the only source a
+step's one RPC is that Write (bench/online_step.py measures a step).
 
 Sources (all give counts of *updates*, i.e. worker push entries, since their previous read):
 - `SwitchHitsSource`: the direct counters of the hot-key tables (`lookupN.hits`, readable
   over P4Runtime on both targets). A hit counts every lookup of a hot key, a worker's PULL
   entry as well as its PUSH entry (and the PS's WRITEBACKs), so an update is about
-  `weight` = 0.5 hits. Counters restart when a key is re-installed; a smaller reading than
-  the last is taken as a fresh counter.
+  `weight` = 0.5 hits (a WRITEBACK adds 0.5 per iteration: members look slightly better
+  than they are). Counters restart when a key is re-installed; a smaller reading than the
+  last is taken as a fresh counter. One Read RPC for the 8 tables (`read_hits`).
 - `PSFrequencySource`: the PS's frequency files (hosts/stats.py), which a PS started with
   `--freq-every N` rewrites (atomically) every N iterations. Their `cold` column counts the
   entries each key got at the PS (all of a cold key's updates, and a hot key's that the
   switch did not sum); their `iterations` header tells which iteration the counts reach.
   Before this loop the PS wrote the file only at exit: that is the minimal interface added.
+  With `collected=True` it also counts the hot keys' updates, estimated from the
+  `collected` column (the iterations whose switch sum the PS collected) and the file's
+  `workers` (`updates_from_presence`): the files then count every update, no switch read.
 - `CombinedSource`: the sum of several (switch hits + PS files: every update counted once).
 - In-switch sketch (issue 10 item 1, not yet in p4src/): implement `RateSource.read` over
   the sketch's counters or digests and pass it to `OnlineController` like the others; an
@@ -106,13 +113,27 @@ class SwitchHitsSource:
         return Observation(counts)
 
 
-class PSFrequencySource:
-    """Cold updates per key from PS frequency files (one per shard; module doc)."""
+def updates_from_presence(collected: np.ndarray, span: int, workers: int) -> np.ndarray:
+    """Worker updates implied by a hot key's `collected` count: the PS collects a key's sum
+    once per iteration in which at least one of `workers` pushed it, so over `span`
+    iterations the share P = collected/span estimates 1 - (1 - q)^workers, q being a
+    worker's chance to draw the key (workers draw independently from one distribution), and
+    the updates are span * workers * q. A key collected every iteration (P = 1) gets the
+    most it could have, `workers` per iteration: such a key is never the weakest member."""
+    share = np.minimum(collected / max(span, 1), 1.0)
+    return max(span, 1) * workers * (1.0 - (1.0 - share) ** (1.0 / workers))
 
-    def __init__(self, paths: Sequence[str | Path]) -> None:
+
+class PSFrequencySource:
+    """Updates per key from PS frequency files (one per shard; module doc): the `cold`
+    column, and with `collected` also the hot keys' updates estimated from the `collected`
+    column (updates_from_presence), so the files alone count every key's updates and the
+    loop needs no switch read."""
+
+    def __init__(self, paths: Sequence[str | Path], collected: bool = False) -> None:
         if not paths:
             raise BadInput("no PS frequency file given")
-        self.paths = [Path(p) for p in paths]
+        self.paths, self.collected = [Path(p) for p in paths], collected
         self._last: dict[Path, tuple[int, np.ndarray, np.ndarray]] = {}
 
     def read(self) -> Observation:
@@ -127,22 +148,30 @@ class PSFrequencySource:
             try:
                 freq = read_frequency(path)
                 done = int(freq.meta.get("iterations", "0"))
+                workers = int(freq.meta.get("workers", "1"))
             except (OSError, ValueError) as exc:
                 raise BadInput(f"PS frequency file {path}: {exc}") from None
             order = np.argsort(freq.keys, kind="stable")
-            keys, cold = freq.keys[order], freq.cold[order]
-            prev_done, prev_keys, prev_cold = self._last.get(path, (0, _NONE, _NONE))
+            keys = freq.keys[order]
+            cols = np.stack([freq.cold[order], freq.collected[order]], axis=1)
+            prev_done, prev_keys, prev_cols = self._last.get(path, (0, _NONE, _NONE))
             if done < prev_done:  # a new run started: a fresh file
-                prev_done, prev_keys, prev_cold = 0, _NONE, _NONE
+                prev_done, prev_keys, prev_cols = 0, _NONE, _NONE
             # The file lists every key ever updated (tens of thousands): difference it with
             # numpy, only the keys updated since the last read become Python objects.
-            at = np.minimum(np.searchsorted(prev_keys, keys), max(len(prev_keys) - 1, 0))
-            known = prev_keys[at] == keys if len(prev_keys) else np.zeros(len(keys), bool)
-            delta = cold - np.where(known, prev_cold[at] if len(prev_cold) else 0, 0)
-            moved = delta > 0
-            for key, n in zip(keys[moved].tolist(), delta[moved].tolist()):
-                counts[key] = counts.get(key, 0.0) + n
-            self._last[path] = (done, keys, cold)
+            delta = cols.astype(np.float64)
+            if len(prev_keys):
+                at = np.minimum(np.searchsorted(prev_keys, keys), len(prev_keys) - 1)
+                known = prev_keys[at] == keys
+                delta[known] -= prev_cols[at[known]]
+            delta = np.maximum(delta, 0.0)
+            n = delta[:, 0]
+            if self.collected:
+                n = n + updates_from_presence(delta[:, 1], done - prev_done, workers)
+            moved = n > 0
+            for key, c in zip(keys[moved].tolist(), n[moved].tolist()):
+                counts[key] = counts.get(key, 0.0) + c
+            self._last[path] = (done, keys, cols)
             iterations.append(done)
             spans.append(done - prev_done)
         return Observation(
@@ -175,13 +204,17 @@ class CombinedSource:
 class RateEstimator:
     """Per-key update rate with exponential decay: after each observation,
     rate = decay * rate + (1 - decay) * counted, where `counted` is the interval's count per
-    iteration (per step when the source does not know iterations). Keys whose rate falls
-    below `forget` are dropped, so the table stays the size of the recent working set."""
+    iteration (per step when the source does not know iterations). With `first_full`, a key
+    the estimator does not know yet starts at its first count (an EWMA started at its first
+    sample rather than at 0), so a key that just became popular can enter the hot set at its
+    first sighting instead of after several; the hysteresis margin and the minimum rate keep
+    that from admitting one-off noise. Keys whose rate falls below `forget` are dropped, so
+    the table stays the size of the recent working set."""
 
-    def __init__(self, decay: float = 0.5, forget: float = 1e-3) -> None:
+    def __init__(self, decay: float = 0.5, forget: float = 1e-3, first_full: bool = False) -> None:
         if not 0.0 <= decay < 1.0:
             raise BadInput(f"decay {decay} must be in [0, 1)")
-        self.decay, self.forget = decay, forget
+        self.decay, self.forget, self.first_full = decay, forget, first_full
         self.rates: dict[int, float] = {}
 
     def update(self, obs: Observation) -> None:
@@ -190,8 +223,10 @@ class RateEstimator:
         rates = self.rates
         for key in list(rates):
             rates[key] *= d
+        first = 1.0 if self.first_full else fresh
         for key, n in obs.counts.items():
-            rates[key] = rates.get(key, 0.0) + fresh * n / per
+            r = rates.get(key)
+            rates[key] = first * n / per if r is None else r + fresh * n / per
         for key in [k for k, r in rates.items() if r < self.forget]:
             del rates[key]
 

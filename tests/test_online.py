@@ -25,6 +25,7 @@ from controller.online import (
     SwitchHitsSource,
     SwitchTarget,
     read_hits,
+    updates_from_presence,
 )
 from hosts.stats import write_frequency
 from hosts.workloads import DriftSpec, ZipfWorkload
@@ -73,6 +74,40 @@ def test_estimator_decays_per_step_and_counts_per_iteration() -> None:
     for bad in (1.0, -0.1):
         with pytest.raises(BadInput):
             RateEstimator(bad)
+
+
+def test_estimator_first_full_starts_a_new_key_at_its_first_count() -> None:
+    est = RateEstimator(decay=0.5, first_full=True)
+    est.update(Observation({1: 8}, iterations=2))
+    assert est.rate(1) == pytest.approx(4.0)  # not 2.0: a new key is not averaged with 0
+    est.update(Observation({1: 4, 2: 6}, iterations=2))
+    assert est.rate(1) == pytest.approx(3.0) and est.rate(2) == pytest.approx(3.0)
+
+
+def test_updates_from_presence_inverts_the_chance_that_some_worker_drew_a_key() -> None:
+    # 4 workers each drawing a key with chance q: P(some worker) = 1 - (1 - q)^4
+    q = np.array([0.0, 0.1, 0.25, 0.6])
+    share = 1 - (1 - q) ** 4
+    got = updates_from_presence(share * 10, 10, 4)
+    assert got == pytest.approx(10 * 4 * q)
+    assert updates_from_presence(np.array([10.0, 12.0]), 10, 4) == pytest.approx([40, 40])
+    # by simulation: the estimate is close to the updates the workers made
+    rng = np.random.default_rng(1)
+    drawn = rng.random((2000, 4)) < 0.3
+    est = updates_from_presence(np.array([drawn.any(axis=1).sum()]), 2000, 4)[0]
+    assert est == pytest.approx(drawn.sum(), rel=0.05)
+
+
+def test_ps_frequency_source_counts_hot_keys_from_collected(tmp_path) -> None:
+    path = tmp_path / "f.csv"
+    src = PSFrequencySource([path], collected=True)
+    cold, collected = np.zeros(8, np.int64), np.zeros(8, np.int64)
+    cold[2], collected[5] = 6, 4  # key 5: collected in 4 of 4 iterations: 4 workers each
+    write_frequency(path, cold, collected, {"iterations": 4, "workers": 4})
+    assert src.read().counts == {2: 6.0, 5: pytest.approx(16.0)}
+    collected[5] += 2  # in 2 of the next 4 iterations
+    write_frequency(path, cold, collected, {"iterations": 8, "workers": 4})
+    assert src.read().counts == {5: pytest.approx(4 * 4 * (1 - 0.5**0.25))}
 
 
 def test_hysteresis_fills_room_then_needs_the_margin() -> None:
