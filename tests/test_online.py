@@ -235,6 +235,51 @@ def test_ps_frequency_source_reads_cold_counts_per_interval(tmp_path) -> None:
         src.read()
 
 
+# --- the PS's frequency file, which the loop reads ---
+
+
+def test_csv_rows_are_np_savetxt_byte_for_byte() -> None:
+    import io
+
+    from hosts.stats import csv_rows
+
+    rng = np.random.default_rng(5)
+    edges = [10**k + d for k in range(16) for d in (-1, 0, 1)] + [2**40 - 1, 2**40, 2**62]
+    tables = [
+        np.array([[0, 0, 0, 0]]),
+        rng.integers(0, 400, (3000, 4)),
+        rng.integers(0, 10 ** rng.integers(1, 18, 4), (500, 4)),
+        np.array(edges).reshape(-1, 1).repeat(4, axis=1),
+        np.array([[5, -1, 2, 0]]),  # not counters: still savetxt's text
+    ]
+    for table in tables:
+        want = io.StringIO()
+        np.savetxt(want, table, fmt="%d", delimiter=",")
+        assert csv_rows(table) == want.getvalue().encode()
+    assert csv_rows(np.zeros((0, 4), np.int64)) == b""
+
+
+def test_ps_rewrites_the_file_in_a_thread_in_order_and_reports_its_failure(tmp_path) -> None:
+    from hosts.ps import ParameterServer, PSConfig
+    from hosts.stats import read_frequency
+
+    path = tmp_path / "freq.csv"
+    ps = ParameterServer(PSConfig(1, 4, 100, freq_path=str(path), freq_every=2))
+    for t in (3, 5):
+        ps.it.number = t  # cur - 1 = iterations the file covers
+        ps.cold_count[7] = t
+        ps._write_frequency(background=True)
+        ps.cold_count[7] = 99  # counted after the rewrite began: not in its file
+    ps._write_frequency()  # the last one: after the rewrite in flight
+    freq = read_frequency(path)
+    assert freq.meta["iterations"] == "4" and freq.cold.tolist() == [99]
+    path.unlink()
+    path.mkdir()  # the next rewrite cannot rename into place
+    ps._write_frequency(background=True)
+    with pytest.raises(OSError):
+        ps._write_frequency()
+
+
 # --- on a real switch ---
 
 
