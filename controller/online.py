@@ -56,6 +56,7 @@ from controller.hot_keys import HotKeys, check_key
 from controller.jobs import Job
 
 _NONE = np.zeros(0, np.int64)
+STEP_BATCH = 4096  # updates per Write RPC of a step (~200 KB, far below gRPC's 4 MB)
 
 
 @dataclass
@@ -437,8 +438,9 @@ class SwitchTarget:
         self._offsets = offsets
 
     def _write(self, updates: list[bytes]) -> None:
-        self.writes += 1
-        self.hot_keys.client.write(updates, batch_size=len(updates), stop_on_error=False)
+        self.writes += 1  # one RPC up to STEP_BATCH updates (a step: 16 per key moved)
+        batch = min(len(updates), STEP_BATCH)
+        self.hot_keys.client.write(updates, batch_size=batch, stop_on_error=False)
 
 
 @dataclass
