@@ -2,20 +2,27 @@
 
 Each step the loop reads what happened since the last step from a `RateSource`, folds it into
 per-key rates with exponential decay (`RateEstimator`), lets a `Hysteresis` policy pick a few
-changes to the hot set, and applies them to the switch (`HotKeys.evict`, then `install`, so
-freed offsets are reused at once: the data plane keeps that exact, docs/design.md section 4).
+changes to the hot set, and applies them to the switch (`SwitchTarget`: evictions and
+installs in one Write RPC, freed offsets reused at once: the data plane keeps that exact,
+docs/design.md section 4). The target keeps its own record of the hot set, so a step reads
+nothing back from the switch; with `PSFrequencySource(collected=True)` as the only source a
+step's one RPC is that Write (bench/online_step.py measures a step).
 
 Sources (all give counts of *updates*, i.e. worker push entries, since their previous read):
 - `SwitchHitsSource`: the direct counters of the hot-key tables (`lookupN.hits`, readable
   over P4Runtime on both targets). A hit counts every lookup of a hot key, a worker's PULL
   entry as well as its PUSH entry (and the PS's WRITEBACKs), so an update is about
-  `weight` = 0.5 hits. Counters restart when a key is re-installed; a smaller reading than
-  the last is taken as a fresh counter.
+  `weight` = 0.5 hits (a WRITEBACK adds 0.5 per iteration: members look slightly better
+  than they are). Counters restart when a key is re-installed; a smaller reading than the
+  last is taken as a fresh counter. One Read RPC for the 8 tables (`read_hits`).
 - `PSFrequencySource`: the PS's frequency files (hosts/stats.py), which a PS started with
   `--freq-every N` rewrites (atomically) every N iterations. Their `cold` column counts the
   entries each key got at the PS (all of a cold key's updates, and a hot key's that the
   switch did not sum); their `iterations` header tells which iteration the counts reach.
   Before this loop the PS wrote the file only at exit: that is the minimal interface added.
+  With `collected=True` it also counts the hot keys' updates, estimated from the
+  `collected` column (the iterations whose switch sum the PS collected) and the file's
+  `workers` (`updates_from_presence`): the files then count every update, no switch read.
 - `CombinedSource`: the sum of several (switch hits + PS files: every update counted once).
 - In-switch sketch (issue 10 item 1, not yet in p4src/): implement `RateSource.read` over
   the sketch's counters or digests and pass it to `OnlineController` like the others; an
@@ -38,9 +45,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from controller.errors import BadInput
-from controller.hot_keys import HotKeys
+import numpy as np
+from p4.v1 import p4runtime_pb2
+
+from contract.constants import MAX_ENTRIES
+from contract.names import hot_keys_table, set_slot_action
+from controller import wire
+from controller.errors import BadInput, BudgetExceeded, WriteError
+from controller.hot_keys import HotKeys, check_key
 from controller.jobs import Job
+
+_NONE = np.zeros(0, np.int64)
+STEP_BATCH = 4096  # updates per Write RPC of a step (~200 KB, far below gRPC's 4 MB)
 
 
 @dataclass
@@ -57,6 +73,23 @@ class RateSource(Protocol):
     def read(self) -> Observation: ...
 
 
+def read_hits(hot_keys: HotKeys, job_id: int) -> dict[int, int]:
+    """A job's hot-key hits summed over the 8 lookup instances' direct counters, in one Read
+    RPC for all 8 tables (HotKeys.list(counters=True) sends one per table)."""
+    p4info = hot_keys.p4info
+    entities = [
+        p4runtime_pb2.Entity(table_entry=p4info.wildcard(hot_keys_table(i), counters=True))
+        for i in range(MAX_ENTRIES)
+    ]
+    hits: dict[int, int] = {}
+    for ent in hot_keys.client.read(entities):
+        e = p4info.decode_entry(ent.table_entry)
+        if int(e.match["job_id"]) == job_id:  # type: ignore[arg-type]
+            key = int(e.match["key"])  # type: ignore[arg-type]
+            hits[key] = hits.get(key, 0) + e.packets
+    return hits
+
+
 class SwitchHitsSource:
     """Updates of the hot keys from the hot-key tables' direct counters (module doc)."""
 
@@ -66,8 +99,11 @@ class SwitchHitsSource:
         self.hot_keys, self.job_id, self.weight = hot_keys, job_id, weight
         self._last: dict[int, int] = {}
 
+    def hits(self) -> dict[int, int]:
+        return read_hits(self.hot_keys, self.job_id)
+
     def read(self) -> Observation:
-        now = {hk.key: hk.packets for hk in self.hot_keys.list(self.job_id, counters=True)}
+        now = self.hits()
         counts = {}
         for key, hits in now.items():
             before = self._last.get(key, 0)
@@ -78,14 +114,28 @@ class SwitchHitsSource:
         return Observation(counts)
 
 
-class PSFrequencySource:
-    """Cold updates per key from PS frequency files (one per shard; module doc)."""
+def updates_from_presence(collected: np.ndarray, span: int, workers: int) -> np.ndarray:
+    """Worker updates implied by a hot key's `collected` count: the PS collects a key's sum
+    once per iteration in which at least one of `workers` pushed it, so over `span`
+    iterations the share P = collected/span estimates 1 - (1 - q)^workers, q being a
+    worker's chance to draw the key (workers draw independently from one distribution), and
+    the updates are span * workers * q. A key collected every iteration (P = 1) gets the
+    most it could have, `workers` per iteration: such a key is never the weakest member."""
+    share = np.minimum(collected / max(span, 1), 1.0)
+    return max(span, 1) * workers * (1.0 - (1.0 - share) ** (1.0 / workers))
 
-    def __init__(self, paths: Sequence[str | Path]) -> None:
+
+class PSFrequencySource:
+    """Updates per key from PS frequency files (one per shard; module doc): the `cold`
+    column, and with `collected` also the hot keys' updates estimated from the `collected`
+    column (updates_from_presence), so the files alone count every key's updates and the
+    loop needs no switch read."""
+
+    def __init__(self, paths: Sequence[str | Path], collected: bool = False) -> None:
         if not paths:
             raise BadInput("no PS frequency file given")
-        self.paths = [Path(p) for p in paths]
-        self._last: dict[Path, tuple[int, dict[int, int]]] = {}
+        self.paths, self.collected = [Path(p) for p in paths], collected
+        self._last: dict[Path, tuple[int, np.ndarray, np.ndarray]] = {}
 
     def read(self) -> Observation:
         from hosts.stats import read_frequency  # the file's one reader
@@ -99,17 +149,30 @@ class PSFrequencySource:
             try:
                 freq = read_frequency(path)
                 done = int(freq.meta.get("iterations", "0"))
+                workers = int(freq.meta.get("workers", "1"))
             except (OSError, ValueError) as exc:
                 raise BadInput(f"PS frequency file {path}: {exc}") from None
-            cold = dict(zip(freq.keys.tolist(), freq.cold.tolist()))
-            prev_done, prev = self._last.get(path, (0, {}))
+            order = np.argsort(freq.keys, kind="stable")
+            keys = freq.keys[order]
+            cols = np.stack([freq.cold[order], freq.collected[order]], axis=1)
+            prev_done, prev_keys, prev_cols = self._last.get(path, (0, _NONE, _NONE))
             if done < prev_done:  # a new run started: a fresh file
-                prev_done, prev = 0, {}
-            for key, n in cold.items():
-                delta = n - prev.get(key, 0)
-                if delta > 0:
-                    counts[key] = counts.get(key, 0.0) + delta
-            self._last[path] = (done, cold)
+                prev_done, prev_keys, prev_cols = 0, _NONE, _NONE
+            # The file lists every key ever updated (tens of thousands): difference it with
+            # numpy, only the keys updated since the last read become Python objects.
+            delta = cols.astype(np.float64)
+            if len(prev_keys):
+                at = np.minimum(np.searchsorted(prev_keys, keys), len(prev_keys) - 1)
+                known = prev_keys[at] == keys
+                delta[known] -= prev_cols[at[known]]
+            delta = np.maximum(delta, 0.0)
+            n = delta[:, 0]
+            if self.collected:
+                n = n + updates_from_presence(delta[:, 1], done - prev_done, workers)
+            moved = n > 0
+            for key, c in zip(keys[moved].tolist(), n[moved].tolist()):
+                counts[key] = counts.get(key, 0.0) + c
+            self._last[path] = (done, keys, cols)
             iterations.append(done)
             spans.append(done - prev_done)
         return Observation(
@@ -142,13 +205,17 @@ class CombinedSource:
 class RateEstimator:
     """Per-key update rate with exponential decay: after each observation,
     rate = decay * rate + (1 - decay) * counted, where `counted` is the interval's count per
-    iteration (per step when the source does not know iterations). Keys whose rate falls
-    below `forget` are dropped, so the table stays the size of the recent working set."""
+    iteration (per step when the source does not know iterations). With `first_full`, a key
+    the estimator does not know yet starts at its first count (an EWMA started at its first
+    sample rather than at 0), so a key that just became popular can enter the hot set at its
+    first sighting instead of after several; the hysteresis margin and the minimum rate keep
+    that from admitting one-off noise. Keys whose rate falls below `forget` are dropped, so
+    the table stays the size of the recent working set."""
 
-    def __init__(self, decay: float = 0.5, forget: float = 1e-3) -> None:
+    def __init__(self, decay: float = 0.5, forget: float = 1e-3, first_full: bool = False) -> None:
         if not 0.0 <= decay < 1.0:
             raise BadInput(f"decay {decay} must be in [0, 1)")
-        self.decay, self.forget = decay, forget
+        self.decay, self.forget, self.first_full = decay, forget, first_full
         self.rates: dict[int, float] = {}
 
     def update(self, obs: Observation) -> None:
@@ -157,8 +224,10 @@ class RateEstimator:
         rates = self.rates
         for key in list(rates):
             rates[key] *= d
+        first = 1.0 if self.first_full else fresh
         for key, n in obs.counts.items():
-            rates[key] = rates.get(key, 0.0) + fresh * n / per
+            r = rates.get(key)
+            rates[key] = first * n / per if r is None else r + fresh * n / per
         for key in [k for k, r in rates.items() if r < self.forget]:
             del rates[key]
 
@@ -288,21 +357,90 @@ class HotSetTarget(Protocol):
 
 
 class SwitchTarget:
-    """A job's hot keys on one switch, over P4Runtime."""
+    """A job's hot keys on one switch, over P4Runtime, kept in the loop's own record.
+
+    The record (key -> offset, as in lookup instance 0) is read from the switch once, and
+    again after a failed write; apply() keeps it up to date, so a step reads nothing back.
+    apply() sends the whole change in one Write RPC: deletes from instances 0..7, then
+    inserts into 7..0 at the offsets the deletes freed (HotKeys' order, so that instance 0
+    stays the record if the switch refuses part of it; the data plane's slot tags keep the
+    sums exact whatever the order, docs/design.md section 4). Like HotKeys, it tolerates
+    orphans of an interrupted earlier write: NOT_FOUND from a delete in instances 1..7 is
+    ignored, ALREADY_EXISTS from an insert there is rewritten with MODIFY."""
 
     def __init__(self, hot_keys: HotKeys, job: Job) -> None:
         self.hot_keys, self.job = hot_keys, job
+        p4info = hot_keys.p4info
+        self._keys_only = [p4info.encoder(hot_keys_table(i)) for i in range(MAX_ENTRIES)]
+        self._with_slot = [
+            p4info.encoder(hot_keys_table(i), set_slot_action(i)) for i in range(MAX_ENTRIES)
+        ]
+        self._offsets: dict[int, int] | None = None
+        self.reads = self.writes = 0  # RPCs sent (the benchmark's and the tests' view)
+
+    def offsets(self) -> dict[int, int]:
+        if self._offsets is None:
+            self._offsets = {hk.key: hk.offset for hk in self.hot_keys.list(self.job.job_id)}
+            self.reads += 1
+        return self._offsets
 
     def current(self) -> set[int]:
-        return {hk.key for hk in self.hot_keys.list(self.job.job_id)}
+        return set(self.offsets())
 
     def apply(self, changes: Changes) -> None:
-        # Evict first, so the offsets they free can take the new keys at once: the slot tags
-        # keep the leaving keys' sums until collected (docs/design.md section 4).
-        if changes.remove:
-            self.hot_keys.evict(self.job.job_id, changes.remove)
-        if changes.add:
-            self.hot_keys.install(self.job, changes.add)
+        if not changes.add and not changes.remove:
+            return
+        offsets = dict(self.offsets())
+        remove = list(dict.fromkeys(check_key(k) for k in changes.remove))
+        missing = [k for k in remove if k not in offsets]
+        if missing:
+            raise BadInput(f"key {missing[0]} is not hot for job {self.job.job_id}")
+        for k in remove:
+            del offsets[k]
+        add = [k for k in dict.fromkeys(check_key(k) for k in changes.add) if k not in offsets]
+        used = set(offsets.values())
+        if len(add) > self.job.slot_count - len(used):
+            raise BudgetExceeded(
+                f"job {self.job.job_id} has {self.job.slot_count} slots, {len(used)} in use: "
+                f"no room for {len(add)} more keys"
+            )
+        free = (o for o in range(self.job.slot_count) if o not in used)
+        added = [(k, next(free)) for k in add]
+        jid = self.job.job_id
+        delete, insert = p4runtime_pb2.Update.DELETE, p4runtime_pb2.Update.INSERT
+        batch: list[tuple[int, int, bytes]] = []  # (type, instance, TableEntry bytes)
+        for i in range(MAX_ENTRIES):
+            batch += [(delete, i, self._keys_only[i]((jid, k))) for k in remove]
+        for i in reversed(range(MAX_ENTRIES)):
+            batch += [(insert, i, self._with_slot[i]((jid, k), (o,))) for k, o in added]
+        try:
+            self._write([wire.update(kind, entry) for kind, _, entry in batch])
+            repair = []
+        except WriteError as e:
+            repair = []
+            for x in e.errors:
+                kind, i, entry = batch[x.index]
+                if i and kind == delete and x.code == "NOT_FOUND":
+                    continue  # an orphan's instance that an earlier delete already emptied
+                if i and kind == insert and x.code == "ALREADY_EXISTS":
+                    repair.append(wire.update(p4runtime_pb2.Update.MODIFY, entry))
+                    continue
+                self._offsets = None  # the switch holds something else: read it again
+                raise
+        if repair:
+            try:
+                self._write(repair)
+            except WriteError:
+                self._offsets = None
+                raise
+        for k, o in added:
+            offsets[k] = o
+        self._offsets = offsets
+
+    def _write(self, updates: list[bytes]) -> None:
+        self.writes += 1  # one RPC up to STEP_BATCH updates (a step: 16 per key moved)
+        batch = min(len(updates), STEP_BATCH)
+        self.hot_keys.client.write(updates, batch_size=batch, stop_on_error=False)
 
 
 @dataclass

@@ -207,6 +207,8 @@ class ParameterServer:
         self.params = np.zeros(n, dtype=np.int64)
         self.cold_count = np.zeros(n, dtype=np.int64)
         self.collected_count = np.zeros(n, dtype=np.int64)
+        self._freq_writer: threading.Thread | None = None  # a --freq-every rewrite in flight
+        self._freq_error: BaseException | None = None
         self.counters: Counter[str] = Counter()
         self.hot: set[int] = set()
         self.it = IterationState(1)
@@ -588,7 +590,7 @@ class ParameterServer:
         self.it = IterationState(it.number + 1)
         every = self.cfg.freq_every
         if every and it.number % every == 0:  # after the DONE_ACKs: off the barrier's path
-            self._write_frequency()
+            self._write_frequency(background=True)
         if self.cfg.iterations is not None and self.cur > self.cfg.iterations:
             self.finished = True
             self._cpu.append(cpu_usage())
@@ -619,9 +621,14 @@ class ParameterServer:
             "params_sha256": params_sha256(self.params),
         }
 
-    def _write_frequency(self) -> None:
+    def _write_frequency(self, background: bool = False) -> None:
         """The frequency file of iterations < cur (read while running by the controller's
-        online loop, controller/online.py: hence written whole, then renamed)."""
+        online loop, controller/online.py: hence written whole, then renamed).
+
+        With `background` (the --freq-every rewrites) the counters are copied and the file
+        is written by a thread, so the next iteration's pulls do not wait for it (tens of
+        milliseconds with tens of thousands of keys); a rewrite still in flight is waited
+        for first, so files are renamed into place in iteration order, the last one too."""
         cfg = self.cfg
         meta = {
             "job": cfg.job_id,
@@ -629,7 +636,25 @@ class ParameterServer:
             "workers": cfg.n_workers,
             "iterations": self.cur - 1,
         }
-        write_frequency(cfg.freq_path, self.cold_count, self.collected_count, meta)
+        if self._freq_writer is not None:
+            self._freq_writer.join()
+            self._freq_writer = None
+            if self._freq_error is not None:  # the last rewrite failed: fail as it would have
+                error, self._freq_error = self._freq_error, None
+                raise error
+        if not background:
+            write_frequency(cfg.freq_path, self.cold_count, self.collected_count, meta)
+            return
+        cold, collected = self.cold_count.copy(), self.collected_count.copy()
+
+        def write() -> None:
+            try:
+                write_frequency(cfg.freq_path, cold, collected, meta)
+            except BaseException as e:  # raised in the PS's thread at the next write
+                self._freq_error = e
+
+        self._freq_writer = threading.Thread(target=write, name="freq-writer", daemon=True)
+        self._freq_writer.start()
 
     def _write_outputs(self) -> None:
         cfg = self.cfg

@@ -17,7 +17,7 @@ from experiment import hotset
 from experiment.runner import ExperimentError, PhaseResult, RunConfig
 from hosts.stats import CsvLog, write_frequency
 from hosts.worker import LOG_COLUMNS
-from hosts.workloads import DriftSpec, ZipfWorkload
+from hosts.workloads import DriftSpec, LogisticWorkload, ZipfWorkload
 
 
 class FakeTarget:
@@ -121,6 +121,23 @@ def test_oracle_is_the_best_budget_keys_of_each_iteration() -> None:
     assert all(best == total for best, total in everything)
 
 
+def test_expected_oracle_is_the_most_likely_keys_of_each_iteration() -> None:
+    # The goal's oracle: the budget keys the drifting distribution makes most likely in t,
+    # counted on t's draws. It never beats the hindsight oracle (t's own top keys), and on
+    # Zipf draws it falls clearly short of it: the hindsight one profits from t's noise.
+    workload = ZipfWorkload(20_000, 1.1, 256, seed=7, drift=DriftSpec(3, 0.3, 64))
+    got = hotset.expected_oracle_per_iteration(workload, 4, 8, budget=50)
+    hindsight = hotset.oracle_per_iteration(workload, 4, 8, budget=50)
+    assert got is not None and len(got) == 8
+    for t, (n, (best, _)) in enumerate(zip(got, hindsight), 1):
+        top = set(workload.hottest(50, t).tolist())
+        assert n == sum(len(top & set(workload.pull_keys(w, t).tolist())) for w in range(4))
+        assert n <= best
+    assert sum(got) < 0.95 * sum(b for b, _ in hindsight)
+    lr = LogisticWorkload(1 << 16, 4, 100, batch=8, seed=1)
+    assert hotset.expected_oracle_per_iteration(lr, 2, 2, 4) is None  # cannot name them
+
+
 def worker_log(path: Path, rows: list[tuple[str, int, int, int]]) -> None:
     """rows: (kind, iteration, entries, mask) in the worker's own log format."""
     log = CsvLog(str(path), LOG_COLUMNS)
@@ -175,8 +192,14 @@ def test_summary_block_and_table_line(tmp_path: Path) -> None:
     assert block["coverage_ratio"] == pytest.approx(
         block["coverage_mean"] / block["oracle_coverage_mean"], rel=1e-5
     )
+    for e, o in zip(block["expected_oracle_coverage"], block["oracle_coverage"]):
+        assert 0 <= e <= o <= 1
+    assert block["coverage_ratio_expected"] == pytest.approx(
+        block["coverage_mean"] / block["expected_oracle_coverage_mean"], rel=1e-5
+    )
     line = hotset.table_line(block)
     assert "hot set (dynamic)" in line and "2 keys moved in 1 re-selections" in line
+    assert ", expected top-4 " in line
     assert "\n" not in line
 
     from experiment.plots import coverage

@@ -12,7 +12,7 @@ import pytest
 from controller.cli import main
 from controller.client import SwitchClient
 from controller.errors import BadInput
-from controller.hot_keys import HotKey, HotKeys
+from controller.hot_keys import HotKeys
 from controller.jobs import Jobs
 from controller.online import (
     Changes,
@@ -24,6 +24,8 @@ from controller.online import (
     RateEstimator,
     SwitchHitsSource,
     SwitchTarget,
+    read_hits,
+    updates_from_presence,
 )
 from hosts.stats import write_frequency
 from hosts.workloads import DriftSpec, ZipfWorkload
@@ -72,6 +74,40 @@ def test_estimator_decays_per_step_and_counts_per_iteration() -> None:
     for bad in (1.0, -0.1):
         with pytest.raises(BadInput):
             RateEstimator(bad)
+
+
+def test_estimator_first_full_starts_a_new_key_at_its_first_count() -> None:
+    est = RateEstimator(decay=0.5, first_full=True)
+    est.update(Observation({1: 8}, iterations=2))
+    assert est.rate(1) == pytest.approx(4.0)  # not 2.0: a new key is not averaged with 0
+    est.update(Observation({1: 4, 2: 6}, iterations=2))
+    assert est.rate(1) == pytest.approx(3.0) and est.rate(2) == pytest.approx(3.0)
+
+
+def test_updates_from_presence_inverts_the_chance_that_some_worker_drew_a_key() -> None:
+    # 4 workers each drawing a key with chance q: P(some worker) = 1 - (1 - q)^4
+    q = np.array([0.0, 0.1, 0.25, 0.6])
+    share = 1 - (1 - q) ** 4
+    got = updates_from_presence(share * 10, 10, 4)
+    assert got == pytest.approx(10 * 4 * q)
+    assert updates_from_presence(np.array([10.0, 12.0]), 10, 4) == pytest.approx([40, 40])
+    # by simulation: the estimate is close to the updates the workers made
+    rng = np.random.default_rng(1)
+    drawn = rng.random((2000, 4)) < 0.3
+    est = updates_from_presence(np.array([drawn.any(axis=1).sum()]), 2000, 4)[0]
+    assert est == pytest.approx(drawn.sum(), rel=0.05)
+
+
+def test_ps_frequency_source_counts_hot_keys_from_collected(tmp_path) -> None:
+    path = tmp_path / "f.csv"
+    src = PSFrequencySource([path], collected=True)
+    cold, collected = np.zeros(8, np.int64), np.zeros(8, np.int64)
+    cold[2], collected[5] = 6, 4  # key 5: collected in 4 of 4 iterations: 4 workers each
+    write_frequency(path, cold, collected, {"iterations": 4, "workers": 4})
+    assert src.read().counts == {2: 6.0, 5: pytest.approx(16.0)}
+    collected[5] += 2  # in 2 of the next 4 iterations
+    write_frequency(path, cold, collected, {"iterations": 8, "workers": 4})
+    assert src.read().counts == {5: pytest.approx(4 * 4 * (1 - 0.5**0.25))}
 
 
 def test_hysteresis_fills_room_then_needs_the_margin() -> None:
@@ -161,27 +197,20 @@ def test_the_loop_follows_a_drifting_head() -> None:
     assert sum(len(r.added) for r in later) > 20  # it did move with the drift
 
 
-def _hot(key: int, packets: int) -> HotKey:
-    return HotKey(1, key, 0, packets=packets)
-
-
 def test_switch_hits_source_takes_differences_and_restarted_counters() -> None:
-    class FakeHotKeys:
-        def __init__(self) -> None:
-            self.now: list[HotKey] = []
+    class FakeHits(SwitchHitsSource):
+        now: dict[int, int] = {}
 
-        def list(self, job_id, counters=False):
-            assert job_id == 1 and counters
+        def hits(self) -> dict[int, int]:
             return self.now
 
-    fake = FakeHotKeys()
-    src = SwitchHitsSource(fake, 1, weight=0.5)  # type: ignore[arg-type]
-    fake.now = [_hot(1, 10), _hot(2, 4)]
+    src = FakeHits(None, 1, weight=0.5)  # type: ignore[arg-type]
+    src.now = {1: 10, 2: 4}
     assert src.read().counts == {1: 5.0, 2: 2.0}
-    fake.now = [_hot(1, 30), _hot(2, 2)]  # key 2 was evicted and installed again
+    src.now = {1: 30, 2: 2}  # key 2 was evicted and installed again
     assert src.read().counts == {1: 10.0, 2: 1.0}
     with pytest.raises(BadInput):
-        SwitchHitsSource(fake, 1, weight=0)  # type: ignore[arg-type]
+        SwitchHitsSource(None, 1, weight=0)  # type: ignore[arg-type]
 
 
 def test_ps_frequency_source_reads_cold_counts_per_interval(tmp_path) -> None:
@@ -204,6 +233,51 @@ def test_ps_frequency_source_reads_cold_counts_per_interval(tmp_path) -> None:
     paths[0].write_text("garbage\n")
     with pytest.raises(BadInput, match=r"f0\.csv"):
         src.read()
+
+
+# --- the PS's frequency file, which the loop reads ---
+
+
+def test_csv_rows_are_np_savetxt_byte_for_byte() -> None:
+    import io
+
+    from hosts.stats import csv_rows
+
+    rng = np.random.default_rng(5)
+    edges = [10**k + d for k in range(16) for d in (-1, 0, 1)] + [2**40 - 1, 2**40, 2**62]
+    tables = [
+        np.array([[0, 0, 0, 0]]),
+        rng.integers(0, 400, (3000, 4)),
+        rng.integers(0, 10 ** rng.integers(1, 18, 4), (500, 4)),
+        np.array(edges).reshape(-1, 1).repeat(4, axis=1),
+        np.array([[5, -1, 2, 0]]),  # not counters: still savetxt's text
+    ]
+    for table in tables:
+        want = io.StringIO()
+        np.savetxt(want, table, fmt="%d", delimiter=",")
+        assert csv_rows(table) == want.getvalue().encode()
+    assert csv_rows(np.zeros((0, 4), np.int64)) == b""
+
+
+def test_ps_rewrites_the_file_in_a_thread_in_order_and_reports_its_failure(tmp_path) -> None:
+    from hosts.ps import ParameterServer, PSConfig
+    from hosts.stats import read_frequency
+
+    path = tmp_path / "freq.csv"
+    ps = ParameterServer(PSConfig(1, 4, 100, freq_path=str(path), freq_every=2))
+    for t in (3, 5):
+        ps.it.number = t  # cur - 1 = iterations the file covers
+        ps.cold_count[7] = t
+        ps._write_frequency(background=True)
+        ps.cold_count[7] = 99  # counted after the rewrite began: not in its file
+    ps._write_frequency()  # the last one: after the rewrite in flight
+    freq = read_frequency(path)
+    assert freq.meta["iterations"] == "4" and freq.cold.tolist() == [99]
+    path.unlink()
+    path.mkdir()  # the next rewrite cannot rename into place
+    ps._write_frequency(background=True)
+    with pytest.raises(OSError):
+        ps._write_frequency()
 
 
 # --- on a real switch ---
@@ -234,6 +308,43 @@ def test_cli_auto_moves_keys_from_a_frequency_file(capsys, switch: Switch, tmp_p
         args = [*argv, bad, needle if bad != "--budget" else "17"]
         assert main(args) == 5
         assert "hotagg-ctl: error:" in capsys.readouterr().err
+
+
+def test_switch_target_moves_keys_in_one_write_and_reads_hits_in_one_read(
+    switch: Switch,
+) -> None:
+    # The loop's switch side on the embedded switch's P4Runtime server: a step's changes go
+    # out in one Write RPC (deletes and inserts in all 8 instances), the hot set is not read
+    # back, orphans of an interrupted earlier write are tolerated as HotKeys does, and the
+    # hit counters of the 8 instances come in one Read RPC.
+    from controller.tenancy import Tenancy, admission
+    from tests.test_controller import push_frame
+
+    with switch.client() as c:
+        job = Jobs(c, switch.p4info).add(1, 4)
+        hot = HotKeys(c, switch.p4info)
+        hot.install(job, [5, 6, 7])
+        Tenancy(c, switch.p4info).admit([admission(1, 0, 1, "10.0.0.1")])  # push_frame's
+        # orphans: 9 in instance 3 only (an interrupted install), 6 gone from instance 5
+        c.write_entries("insert", [hot._entries(3, 1, [(9, 3)])[0]])
+        c.write_entries("delete", hot._keys(5, 1, [6]))
+        switch.pipeline.process(1, push_frame(1, [5, 6, 5, 77]))
+        reads = []
+        c.read = lambda ents, read=c.read: reads.append(1) or read(ents)  # type: ignore[method-assign]
+        assert read_hits(hot, 1) == {5: 2, 6: 1, 7: 0, 9: 0} and len(reads) == 1  # 9: orphan
+        target = SwitchTarget(hot, job)
+        assert target.current() == {5, 6, 7} and target.reads == 1
+        target.apply(Changes(add=[9, 10], remove=[6]))
+        assert target.writes == 2  # the batch, then the orphan's MODIFY
+        assert target.current() == {5, 7, 9, 10} and target.reads == 1  # not read back
+        want = {5: 0, 7: 2, 9: 1, 10: 3}  # 6's offset 1 went to 9, the free 3 to 10
+        for i in range(8):
+            got = {e.match[1]: e.params[0] for e in switch.hot(i).entries()}
+            assert got == want, (i, got)
+        target.apply(Changes(add=[], remove=[]))
+        assert target.writes == 2  # nothing to change: no RPC
+        with pytest.raises(BadInput, match="not hot"):
+            target.apply(Changes(add=[], remove=[6]))
 
 
 def test_the_loop_moves_keys_on_a_switch_while_a_job_trains(switch: Switch, tmp_path) -> None:
