@@ -24,10 +24,9 @@ Sources (all give counts of *updates*, i.e. worker push entries, since their pre
   `collected` column (the iterations whose switch sum the PS collected) and the file's
   `workers` (`updates_from_presence`): the files then count every update, no switch read.
 - `CombinedSource`: the sum of several (switch hits + PS files: every update counted once).
-- In-switch sketch (issue 10 item 1, not yet in p4src/): implement `RateSource.read` over
-  the sketch's counters or digests and pass it to `OnlineController` like the others; an
-  observation with `complete=False` (the sketch sees candidates, not every key) simply
-  leaves the oracle column out.
+- `controller.sketch.SketchSource`: the in-switch sketch's reports (digests) and counters
+  (p4src/include/sketch.p4, docs/design.md section 6). It sees candidates, not every key
+  (`complete=False`), so the loop then leaves the oracle column out.
 
 Log line of a step: "iteration 120: +14 -9 keys, coverage 41.2% (oracle 44.0%)": the hot
 set's share of the updates counted in the interval (with the hot set the interval ran with),
