@@ -195,6 +195,8 @@ def run(cfg: RunConfig) -> int:
         offset = 0 if cfg.workload == "trace" else WARMUP_STREAM_OFFSET
         measured = measured_stream_offset(cfg)
         phases["warmup"] = exp.run_phase("warmup", cfg.warmup, False, stream_offset=offset)
+        config["initial_rto_ms"] = round(1e3 * exp.learn_initial_rto(phases["warmup"]), 1)
+        (run_dir / "config.json").write_text(dumps_strict(config, indent=2) + "\n")
         freqs: dict[int, int] = {}
         for f in sorted(phases["warmup"].dir.glob("freq*.csv")):
             for key, n in load_stats(f).items():

@@ -13,11 +13,13 @@ Loss recovery (the rules both agents followed separately before):
   unacknowledged segment on a timeout, RFC 6298 5.4); the others wait for another timeout, or
   for the fast retransmit below: a peer that stalled (a descheduled process on shared cores)
   would otherwise get its whole window again, for nothing;
-- the timeout is srtt + 4 rttvar (RFC 6298, through `RttEstimator`), doubled per resend, but
-  at least the largest round trip of the last PEAK_PERIOD or two: under BSP all workers start
-  a phase at once, so each iteration's first requests queue behind every worker's window,
-  and an estimator smoothed over the burst's later, shorter round trips has forgotten that
-  by the next iteration;
+- the timeout is srtt + 4 rttvar (RFC 6298, through `RttEstimator`), doubled per resend and
+  per timeout with no reply between (RFC 6298 5.5), but at least the largest round trip of
+  the last PEAK_SPANS bursts (a burst: from a submit to an idle channel until it idles
+  again, or PEAK_PERIOD): under BSP all workers start a phase at once, so each iteration's
+  first requests queue behind every worker's window, and an estimator smoothed over the
+  burst's later, shorter round trips has forgotten that by the next iteration, however long
+  the iteration took (a fixed time window did not cover 2 s iterations at 32 workers);
 - at once when a later request to the same destination is answered over an ordered path (the
   switch and the PS handle a port's packets in order), since then it, or its reply, was lost;
 - a request with a retry budget (`retries`) is given up when it runs out (`on_lost`);
@@ -84,7 +86,9 @@ MAX_DECREASE = 0.5  # at most halve per round trip on delay
 LOSS_DECREASE = 0.5  # on a retransmission timeout
 FAST_LOSS_DECREASE = 0.7  # on a fast retransmit (CUBIC's beta)
 BASE_PERIOD = 10.0  # s: the base round trip is the minimum over the last one or two periods
-PEAK_PERIOD = 1.0  # s: the timeout covers the largest round trip of the last one or two
+PEAK_PERIOD = 1.0  # s: a span of the peak round trip ends when the channel idles or after this
+PEAK_SPANS = 4  # the timeout covers the largest round trip of the current and the last 3 spans
+_MAX_BACKOFF = 6  # the quiet timeout doubles at most this often (the estimator's cap bounds it)
 _SPURIOUS_MEMORY = 4096  # answered resent requests remembered (really lost ones never pair)
 
 
@@ -105,6 +109,7 @@ class Request(Generic[C]):
     before_last: float = 0.0
     due: float = 0.0
     tries: int = 0  # resends so far
+    trigger: str = ""  # what caused the last resend: "timeout" or "fast"
 
     def __post_init__(self) -> None:
         if not self.data:
@@ -142,6 +147,31 @@ class _Windowed:
 
     def value(self) -> float:
         return self.pick(self.cur, self.prev)
+
+
+class _PeakRtt:
+    """The largest round trip of the current and the last PEAK_SPANS - 1 spans. A span ends
+    when the channel goes idle (a BSP phase: one worker's pulls, or its pushes) or after
+    PEAK_PERIOD, so the peak covers the last iteration however long iterations take."""
+
+    __slots__ = ("since", "spans")
+
+    def __init__(self) -> None:
+        self.spans: deque[float] = deque([0.0], maxlen=PEAK_SPANS)
+        self.since = 0.0
+
+    def new_span(self, now: float) -> None:
+        self.spans.append(0.0)
+        self.since = now
+
+    def update(self, rtt: float, now: float) -> None:
+        if now - self.since >= PEAK_PERIOD:
+            self.new_span(now)
+        if rtt > self.spans[-1]:
+            self.spans[-1] = rtt
+
+    def value(self) -> float:
+        return max(self.spans)
 
 
 class Window:
@@ -256,15 +286,21 @@ class ReliableChannel(Generic[C]):
         self.queue: deque[Request[C]] = deque()
         self.inflight: dict[int, Request[C]] = {}  # insertion order = seq order
         self._quiet_from = 0.0  # no resend before this plus a timeout (the last reply)
-        self._resent_answered: dict[tuple[int, int], float] = {}  # (op, seq) -> rtt bound
-        self._peak = _Windowed(max, PEAK_PERIOD)  # round trips, for the timeout
+        self._backoff = 0  # timeouts in a row with no reply between: the quiet timeout doubles
+        # (op, seq) -> (round trip bound, what triggered the last resend)
+        self._resent_answered: dict[tuple[int, int], tuple[float, str]] = {}
+        self._peak = _PeakRtt()  # round trips, for the timeout
+        self.max_rtt = 0.0  # the largest round trip measured (a first transmission's)
         self._rto: float | None = None  # _timeout() until the next sample
 
     # --- what the agent asks ---
 
     def submit(self, reqs: Iterable[Request[C]]) -> None:
+        now = self._clock()
+        if not self.queue and not self.inflight:
+            self._peak.new_span(now)  # a new burst (phase): keep the last ones' peaks
         self.queue.extend(reqs)
-        self._quiet_from = max(self._quiet_from, self._clock())
+        self._quiet_from = max(self._quiet_from, now)
 
     def busy(self, kind: str | None = None) -> bool:
         """Whether requests (of `kind`) are queued or unanswered."""
@@ -291,7 +327,7 @@ class ReliableChannel(Generic[C]):
     def pump(self) -> None:
         """Resend (or give up) what is due, then send what the window has room for."""
         now = self._clock()
-        if now >= self._quiet_from + self._timeout():
+        if now >= self._quiet_from + self._timeout(self._backoff):
             probed: set[Address] = set()
             for r in [r for r in self.inflight.values() if r.due <= now]:
                 if r.exhausted:
@@ -302,10 +338,15 @@ class ReliableChannel(Generic[C]):
                     # then every request in flight would be resent for nothing. Its reply, or
                     # the next timeout, tells.
                     probed.add(r.dest)
-                    self._resend(r, now)
+                    self._resend(r, now, "timeout")
                     self.window.on_loss(now, self._srtt(), timeout=True)
             if probed:
+                # Still no reply: back off, as TCP's one retransmission timer does (RFC 6298
+                # 5.5). Without it a window whose first round trip outlasts the initial
+                # timeout (every worker's first burst at once) is resent one request per
+                # initial timeout, each resend spurious.
                 self._quiet_from = now
+                self._backoff = min(self._backoff + 1, _MAX_BACKOFF)
         self._fill()
 
     def wake_in(self, limit: float) -> float:
@@ -313,7 +354,7 @@ class ReliableChannel(Generic[C]):
         if not self.inflight:
             return limit
         now = self._clock()
-        quiet = self._quiet_from + self._timeout()
+        quiet = self._quiet_from + self._timeout(self._backoff)
         if quiet > now:  # nothing is resent before then (a reply usually comes first)
             return min(limit, quiet - now)
         due = min(r.due for r in self.inflight.values())
@@ -331,6 +372,8 @@ class ReliableChannel(Generic[C]):
         if r.tries == 0:
             sample = now - r.first
             self.rtt.sample(sample)
+            if sample > self.max_rtt:
+                self.max_rtt = sample
             self._peak.update(sample, now)
             self._rto = None
             if self.window.adaptive:
@@ -338,10 +381,10 @@ class ReliableChannel(Generic[C]):
         elif self.track_spurious:
             # If a second reply follows, this one answered a send before the last (the
             # paths keep order), so now - before_last is a lower bound of its round trip.
-            self._resent_answered[reply.op, reply.seq] = now - r.before_last
+            self._resent_answered[reply.op, reply.seq] = (now - r.before_last, r.trigger)
             if len(self._resent_answered) > _SPURIOUS_MEMORY:
                 del self._resent_answered[next(iter(self._resent_answered))]
-        self._quiet_from = now
+        self._quiet_from, self._backoff = now, 0
         if ordered and self.inflight and next(iter(self.inflight)) < r.msg.seq:
             self._fast_retransmit(r, now)  # something sent before r is still unanswered
 
@@ -351,14 +394,16 @@ class ReliableChannel(Generic[C]):
         is undone)."""
         if not self._resent_answered:
             return False
-        bound = self._resent_answered.pop((reply.op, reply.seq), None)
-        if bound is None:
+        found = self._resent_answered.pop((reply.op, reply.seq), None)
+        if found is None:
             return False
+        bound, trigger = found
         self.rtt.sample(bound)
         self._peak.update(bound, self._clock())
         self._rto = None
         self.window.on_spurious()
         self.counters["spurious_retransmits"] += 1
+        self.counters[f"spurious_{trigger}_retransmits"] += 1  # which rule fired for nothing
         return True
 
     # --- machinery ---
@@ -413,12 +458,13 @@ class ReliableChannel(Generic[C]):
             if r.msg.seq >= last:
                 break
             if r.dest == answered.dest and r.last <= answered.first and not r.exhausted:
-                self._resend(r, now)
+                self._resend(r, now, "fast")
                 self.counters[f"{r.kind}_fast_retransmits"] += 1
                 self.window.on_loss(now, self._srtt(), timeout=False)
 
-    def _resend(self, r: Request[C], now: float) -> None:
+    def _resend(self, r: Request[C], now: float, trigger: str) -> None:
         r.tries += 1
+        r.trigger = trigger
         r.before_last, r.last = r.last, now
         r.due = now + self._timeout(r.tries)
         self._send(r.retransmission(), r.dest)

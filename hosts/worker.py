@@ -103,6 +103,7 @@ class WorkerConfig:
     bind: Address = ("127.0.0.1", 0)
     rto: float = 0.003  # minimum retransmission timeout (it adapts to the measured RTT)
     rto_max: float = 1.0  # cap, also for the doubling per retry
+    rto_initial: float | None = None  # the timeout before a round trip is measured (None: 50 ms)
     window: int = DEDUP_WINDOW
     group_hot: bool = True
     deadline: float | None = None
@@ -122,6 +123,8 @@ class WorkerConfig:
             raise AgentError(f"window must be 1..{DEDUP_WINDOW} (the dedup window)")
         if self.iterations < 1 or self.rto <= 0 or self.rto_max < self.rto:
             raise AgentError("iterations >= 1 and 0 < rto <= rto_max are required")
+        if self.rto_initial is not None and not 0 < self.rto_initial <= self.rto_max:
+            raise AgentError(f"rto_initial {self.rto_initial} must be in (0, rto_max]")
 
 
 @dataclass
@@ -172,7 +175,7 @@ class Worker:
         self._data: ReliableChannel[_Entries] = ReliableChannel(
             self._send,
             self.counters,
-            RttEstimator(config.rto, config.rto_max),
+            RttEstimator(config.rto, config.rto_max, config.rto_initial),
             Window(config.window),
             span=config.window,
             on_resend=self._on_resend,
@@ -281,6 +284,7 @@ class Worker:
             "counters": r.counters,
             "hot_keys": r.hot_keys,
             "congestion": self._data.window.describe(),
+            "rtt_max_ms": round(1e3 * self._data.max_rtt, 3),
             "workload": self.workload.describe(),
         }
 
@@ -490,6 +494,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="minimum retransmit timeout, s (it adapts to the measured RTT)",
     )
     p.add_argument("--rto-max", type=float, default=1.0, help="retransmit timeout cap, s")
+    p.add_argument(
+        "--rto-initial",
+        type=float,
+        help="timeout before the first round trip is measured, s (default 0.05; the "
+        "experiment passes what its warm-up measured)",
+    )
     p.add_argument("--no-group-hot", action="store_true", help="mix hot and cold keys")
     p.add_argument(
         "--deadline",
@@ -527,6 +537,7 @@ def main(argv: list[str] | None = None) -> int:
             bind=parse_address(args.bind, 0),
             rto=args.rto,
             rto_max=max(args.rto, args.rto_max),
+            rto_initial=args.rto_initial,
             group_hot=not args.no_group_hot,
             deadline=args.deadline or None,
             log_path=args.log,

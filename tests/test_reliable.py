@@ -120,6 +120,8 @@ def test_a_second_reply_to_a_resent_request_is_a_spurious_resend_and_a_round_tri
     assert ch.rtt.srtt is None  # Karn: a reply to a resent request is no sample
     assert ch.spurious(ack(1))  # the resend's reply: the first answered the original
     assert counters["spurious_retransmits"] == 1
+    assert counters["spurious_timeout_retransmits"] == 1
+    assert not counters["spurious_fast_retransmits"]
     assert ch.rtt.srtt == pytest.approx(0.041)  # the original's round trip (a lower bound)
     assert not ch.spurious(ack(1))  # once
 
@@ -267,21 +269,31 @@ def test_a_stalled_peer_gets_one_probe_per_destination_not_its_whole_window() ->
     assert net.take() == [] and counters["push_retransmits"] == 2
 
 
-def test_the_timeout_covers_the_largest_recent_round_trip() -> None:
+def test_the_timeout_covers_the_largest_round_trip_of_the_last_bursts() -> None:
+    # Under BSP each phase's first requests queue behind every worker's; the next phases,
+    # however long the iterations took, must not time them out by a drained queue's rtt.
     ch, clock, _, _ = channel()
-    ch.submit([push(1)])
-    ch.pump()
-    clock.now += 0.030  # one burst's first request waited 30 ms
-    answer(ch, ack(1), ordered=False)
-    for s in range(2, 40):  # then the rest of the burst came back in 1 ms each
-        ch.submit([push(s)])
+
+    def burst(first: int, first_rtt: float) -> float:
+        """20 requests, each sent before the last is answered; the first takes first_rtt,
+        the rest 1 ms. Returns the timeout the first one got."""
+        ch.submit([push(first)])
         ch.pump()
-        clock.now += 0.001
-        answer(ch, ack(s), ordered=False)
-    assert ch.rtt.timeout() < 0.01
-    ch.submit([push(40)])
-    ch.pump()
-    assert ch.wake_in(1.0) == pytest.approx(0.030)  # still the burst's 30 ms
+        timeout = ch.wake_in(1.0)
+        for s in range(first, first + 20):
+            clock.now += first_rtt if s == first else 0.001
+            if s + 1 < first + 20:
+                ch.submit([push(s + 1)])
+                ch.pump()
+            answer(ch, ack(s), ordered=False)
+        clock.now += 5.0  # the barrier: far longer than PEAK_PERIOD
+        return timeout
+
+    burst(1, 0.030)  # this burst's first request waited 30 ms
+    covered = [burst(s, 0.001) for s in (100, 200, 300, 400)]
+    assert ch.rtt.timeout() < 0.010
+    # the next 3 bursts still wait 30 ms; the 4th after it has forgotten that burst
+    assert covered[:3] == [pytest.approx(0.030)] * 3 and covered[3] < 0.010
 
 
 def test_the_tolerated_queue_grows_as_the_window_shrinks() -> None:
@@ -289,3 +301,23 @@ def test_the_tolerated_queue_grows_as_the_window_shrinks() -> None:
     # but many workers with small windows share it, so the window settles, not at 1.
     w, _ = queued(0.016, 200, 0.003)
     assert 4 <= w.allowed() <= 14 and w.decreases["delay"] >= 3
+
+
+def test_timeouts_with_no_reply_between_back_off() -> None:
+    # Every worker's first burst at once can outlast the initial timeout: without backoff
+    # one request per initial timeout was resent, each for nothing (RFC 6298 5.5).
+    ch, clock, net, counters = channel()
+    ch.submit([push(s) for s in range(1, 5)])
+    ch.pump()
+    net.take()
+    resent_at = []
+    for step in range(1, 80):
+        clock.now = 100.0 + step * 0.001
+        ch.pump()
+        resent_at += [step] * len(net.take())
+    # quiet timeouts of 10, 20, 40 ms (to a step of float rounding)
+    assert [round(t, -1) for t in resent_at] == [10, 30, 70]
+    answer(ch, ack(1), ordered=False)  # a reply ends the backoff
+    clock.now += 0.011
+    ch.pump()
+    assert [m.seq for m, _ in net.take()] == [2] and counters["push_retransmits"] == 4
