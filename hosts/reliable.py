@@ -15,11 +15,12 @@ Loss recovery (the rules both agents followed separately before):
   would otherwise get its whole window again, for nothing;
 - the timeout is srtt + 4 rttvar (RFC 6298, through `RttEstimator`), doubled per resend and
   per timeout with no reply between (RFC 6298 5.5), but at least the largest round trip of
-  the last PEAK_SPANS bursts (a burst: from a submit to an idle channel until it idles
-  again, or PEAK_PERIOD): under BSP all workers start a phase at once, so each iteration's
-  first requests queue behind every worker's window, and an estimator smoothed over the
-  burst's later, shorter round trips has forgotten that by the next iteration, however long
-  the iteration took (a fixed time window did not cover 2 s iterations at 32 workers);
+  the last PEAK_PERIOD or two and of the last PEAK_SPANS bursts (a burst: from a submit to
+  an idle channel until it idles again, or PEAK_PERIOD): under BSP all workers start a
+  phase at once, so each iteration's first requests queue behind every worker's window, and
+  an estimator smoothed over the burst's later, shorter round trips has forgotten that by
+  the next iteration, however long the iteration took (a fixed time window did not cover
+  the 2 s iterations of 32 workers behind BMv2);
 - at once when a later request to the same destination is answered over an ordered path (the
   switch and the PS handle a port's packets in order), since then it, or its reply, was lost;
 - a request with a retry budget (`retries`) is given up when it runs out (`on_lost`);
@@ -150,28 +151,31 @@ class _Windowed:
 
 
 class _PeakRtt:
-    """The largest round trip of the current and the last PEAK_SPANS - 1 spans. A span ends
-    when the channel goes idle (a BSP phase: one worker's pulls, or its pushes) or after
-    PEAK_PERIOD, so the peak covers the last iteration however long iterations take."""
+    """The largest round trip of the last PEAK_PERIOD or two and of the current and the last
+    PEAK_SPANS - 1 spans. A span ends when the channel goes idle (a BSP phase: one worker's
+    pulls, or its pushes) or after PEAK_PERIOD, so the peak covers the last iteration however
+    long iterations take, and at least a second of them when they are short."""
 
-    __slots__ = ("since", "spans")
+    __slots__ = ("recent", "since", "spans")
 
     def __init__(self) -> None:
         self.spans: deque[float] = deque([0.0], maxlen=PEAK_SPANS)
         self.since = 0.0
+        self.recent = _Windowed(max, PEAK_PERIOD)
 
     def new_span(self, now: float) -> None:
         self.spans.append(0.0)
         self.since = now
 
     def update(self, rtt: float, now: float) -> None:
+        self.recent.update(rtt, now)
         if now - self.since >= PEAK_PERIOD:
             self.new_span(now)
         if rtt > self.spans[-1]:
             self.spans[-1] = rtt
 
     def value(self) -> float:
-        return max(self.spans)
+        return max(max(self.spans), self.recent.value())
 
 
 class Window:
