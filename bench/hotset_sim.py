@@ -63,6 +63,7 @@ def simulate(
     margin: float = 0.2,
     max_changes: int = 16,
     min_rate: float = 1.0,
+    confidence: float = 0.0,
     dynamic: bool = True,
     first_full: bool = False,
     warmup: int = 5,
@@ -98,7 +99,7 @@ def simulate(
         target,
         Source(),
         RateEstimator(decay, first_full=first_full),
-        Hysteresis(budget, margin, max_changes, min_rate),
+        Hysteresis(budget, margin, max_changes, min_rate, confidence),
     )
     pending: list[tuple[int, Changes]] = []
     cov, hind, expd = [], [], []

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from contract.constants import KEY_MAX, MAX_WORKERS
 from contract.p4files import P4INFO_PATH
-from controller import commands
+from controller import commands, online
 from controller.errors import (
     AlreadyExists,
     BadEntry,
@@ -326,7 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Every --interval seconds: read the hot keys' hit counters (and the PS's "
         "frequency files, --freq), estimate each key's update rate with decay, and change "
         "at most --max-changes keys, a candidate replacing the weakest member only if its "
-        "rate is higher by the --hysteresis margin. Prints one line per step.",
+        "rate is higher by the --hysteresis margin and by --confidence standard errors. "
+        "Prints one line per step. The defaults are make run HOTSET=dynamic's.",
     )
     au.add_argument("--job-id", type=job_id, required=True, metavar="ID")
     au.add_argument("--budget", type=nonnegative, metavar="B", help="hot keys (default: slots)")
@@ -334,26 +335,39 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument(
         "--decay",
         type=decay,
-        default=0.5,
+        default=online.DECAY,
         metavar="D",
-        help="weight of the past rate per step, in [0, 1) (default 0.5)",
+        help=f"weight of the past rate per step, in [0, 1) (default {online.DECAY})",
     )
     au.add_argument(
         "--hysteresis",
         type=nonnegative_float,
-        default=0.2,
+        default=online.MARGIN,
         metavar="H",
-        help="a candidate must beat the weakest member's rate by this fraction (0.2)",
+        help=f"a candidate must beat the weakest member's rate by this fraction ({online.MARGIN})",
     )
     au.add_argument(
-        "--max-changes", type=nonnegative, default=16, metavar="M", help="keys entering per step"
+        "--confidence",
+        type=nonnegative_float,
+        default=online.CONFIDENCE,
+        metavar="Z",
+        help="... and by this many standard errors of the two rates (Poisson counts): "
+        f"a key seen once must beat its noise ({online.CONFIDENCE}; 0: off)",
+    )
+    au.add_argument(
+        "--max-changes",
+        type=nonnegative,
+        default=online.MAX_CHANGES,
+        metavar="M",
+        help=f"keys entering per step ({online.MAX_CHANGES})",
     )
     au.add_argument(
         "--min-rate",
         type=nonnegative_float,
-        default=1.0,
+        default=online.MIN_RATE,
         metavar="R",
-        help="updates per iteration (per step without --freq) a key needs to enter (1)",
+        help="updates per iteration (per step without --freq) a key needs to enter "
+        f"({online.MIN_RATE})",
     )
     au.add_argument(
         "--freq",
@@ -361,8 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="FILE",
-        help="a PS shard's frequency file, rewritten while it runs (hosts.ps --freq-every); "
-        "repeat per shard. Without it only hot keys are measured",
+        help="a PS shard's frequency file, rewritten while it runs (hosts.ps --freq-every; "
+        ".npz or CSV); repeat per shard. Without it only hot keys are measured",
     )
     au.add_argument(
         "--hits-weight",

@@ -344,7 +344,7 @@ def hotkeys_auto(s: Session) -> Output:
         SwitchTarget(hot, job),
         CombinedSource(sources),
         RateEstimator(a.decay),
-        Hysteresis(budget, a.hysteresis, a.max_changes, a.min_rate),
+        Hysteresis(budget, a.hysteresis, a.max_changes, a.min_rate, a.confidence),
         log,
     )
     try:

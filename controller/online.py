@@ -56,6 +56,14 @@ from controller.jobs import Job
 
 _NONE = np.zeros(0, np.int64)
 STEP_BATCH = 4096  # updates per Write RPC of a step (~200 KB, far below gRPC's 4 MB)
+# The loop's defaults, the same for `hotagg-ctl hotkeys auto` and `make run HOTSET=dynamic`
+# (tuned with bench/hotset_sim.py; experiment/hotset.py says on what and why).
+DECAY = 0.5  # weight of the past rate per step
+FIRST_FULL = True  # a key seen for the first time starts at its count
+MARGIN = 1.0  # a candidate needs (1 + MARGIN) times the weakest member's rate
+MAX_CHANGES = 32  # keys entering per step
+MIN_RATE = 1.0  # updates per iteration a key needs to enter
+CONFIDENCE = 2.0  # ... and to beat the weakest member by this many standard errors
 
 
 @dataclass
@@ -209,29 +217,47 @@ class RateEstimator:
     sample rather than at 0), so a key that just became popular can enter the hot set at its
     first sighting instead of after several; the hysteresis margin and the minimum rate keep
     that from admitting one-off noise. Keys whose rate falls below `forget` are dropped, so
-    the table stays the size of the recent working set."""
+    the table stays the size of the recent working set.
 
-    def __init__(self, decay: float = 0.5, forget: float = 1e-3, first_full: bool = False) -> None:
+    `stderr(key)`: the rate's standard error if a key's updates are Poisson, which they are
+    for independent draws: the rate is a weighted sum of interval counts n_j / s_j (weights
+    w_j), so its variance is rate * sum(w_j^2 / s_j), the sum kept per key. A key seen once
+    has the error of one interval's count; a member watched for many has a small one."""
+
+    def __init__(
+        self, decay: float = DECAY, forget: float = 1e-3, first_full: bool = FIRST_FULL
+    ) -> None:
         if not 0.0 <= decay < 1.0:
             raise BadInput(f"decay {decay} must be in [0, 1)")
         self.decay, self.forget, self.first_full = decay, forget, first_full
         self.rates: dict[int, float] = {}
+        self._weights2: dict[int, float] = {}  # sum of w_j^2 / s_j (stderr)
 
     def update(self, obs: Observation) -> None:
         per = obs.iterations if obs.iterations else 1
         d, fresh = self.decay, 1.0 - self.decay
-        rates = self.rates
+        rates, weights2 = self.rates, self._weights2
+        d2, fresh2 = d * d, fresh * fresh / per
         for key in list(rates):
             rates[key] *= d
+            weights2[key] = d2 * weights2[key] + fresh2  # a zero count is a sample too
         first = 1.0 if self.first_full else fresh
         for key, n in obs.counts.items():
             r = rates.get(key)
-            rates[key] = first * n / per if r is None else r + fresh * n / per
+            if r is None:
+                rates[key] = first * n / per
+                weights2[key] = first * first / per
+            else:
+                rates[key] = r + fresh * n / per
         for key in [k for k, r in rates.items() if r < self.forget]:
-            del rates[key]
+            del rates[key], weights2[key]
 
     def rate(self, key: int) -> float:
         return self.rates.get(key, 0.0)
+
+    def stderr(self, key: int) -> float:
+        """The standard error of rate(key) (0 for a key not known)."""
+        return math.sqrt(self.rates.get(key, 0.0) * self._weights2.get(key, 0.0))
 
 
 @dataclass(frozen=True)
@@ -246,24 +272,32 @@ class Hysteresis:
     - while the set has room (fewer than `budget` keys), the best candidates enter;
     - a full set changes a member only for a candidate whose rate beats the weakest member's
       by the `margin` (rate > (1 + margin) * weakest; the best candidate against the weakest
-      member, then the next pair, ...);
+      member, then the next pair, ...), and with `confidence` z > 0 by z standard errors
+      of the difference too (`stderr`, RateEstimator.stderr): a candidate seen in one step
+      must beat the member by more than its own noise, a key that has been popular for a
+      while by less;
     - at most `max_changes` keys enter per step (each replacement evicts one);
     - no key enters below `min_rate` updates per iteration (a slot is collected every
       iteration: a rarer key costs the PS more than it saves)."""
 
     budget: int
-    margin: float = 0.2
-    max_changes: int = 16
-    min_rate: float = 1.0
+    margin: float = MARGIN
+    max_changes: int = MAX_CHANGES
+    min_rate: float = MIN_RATE
+    confidence: float = CONFIDENCE
 
     def __post_init__(self) -> None:
         if self.budget < 0 or self.max_changes < 0:
             raise BadInput("budget and max changes must be >= 0")
-        if not self.margin >= 0 or self.min_rate < 0:
-            raise BadInput("hysteresis margin and minimum rate must be >= 0")
+        if not self.margin >= 0 or self.min_rate < 0 or not self.confidence >= 0:
+            raise BadInput("hysteresis margin, minimum rate and confidence must be >= 0")
 
     def choose(
-        self, current: Iterable[int], rate: Callable[[int], float], seen: Iterable[int]
+        self,
+        current: Iterable[int],
+        rate: Callable[[int], float],
+        seen: Iterable[int],
+        stderr: Callable[[int], float] | None = None,
     ) -> Changes:
         members = set(current)
         candidates = sorted(
@@ -277,8 +311,8 @@ class Hysteresis:
         while len(members) - len(remove) > self.budget:
             remove.append(weakest.pop(0))
         room = self.budget - (len(members) - len(remove))
-        it = iter(candidates)
-        for key in it:
+        z = self.confidence if stderr is not None else 0.0
+        for key in candidates:
             if len(add) >= self.max_changes:
                 break
             if room > 0:
@@ -287,6 +321,10 @@ class Hysteresis:
                 continue
             if not weakest or rate(key) <= (1.0 + self.margin) * rate(weakest[0]):
                 break  # sorted: no later candidate beats the weakest either
+            if z and stderr is not None:
+                excess = rate(key) - (1.0 + self.margin) * rate(weakest[0])
+                if excess <= z * math.hypot(stderr(key), stderr(weakest[0])):
+                    continue  # within its noise; a steadier, slower candidate may still pass
             remove.append(weakest.pop(0))
             add.append(key)
         return Changes(add, remove)
@@ -461,7 +499,9 @@ class OnlineController:
         self.estimator.update(obs)
         covered, total = coverage_of(obs.counts, current), sum(obs.counts.values())
         oracle = oracle_of(obs.counts, self.policy.budget) if obs.complete else None
-        changes = self.policy.choose(current, self.estimator.rate, self.estimator.rates)
+        changes = self.policy.choose(
+            current, self.estimator.rate, self.estimator.rates, self.estimator.stderr
+        )
         self.target.apply(changes)
         self.steps += 1
         hot = len(current) - len(changes.remove) + len(changes.add)

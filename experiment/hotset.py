@@ -48,6 +48,12 @@ from typing import IO, Any
 import numpy as np
 
 from controller.online import (
+    CONFIDENCE,
+    DECAY,
+    FIRST_FULL,
+    MARGIN,
+    MAX_CHANGES,
+    MIN_RATE,
     Hysteresis,
     OnlineController,
     PSFrequencySource,
@@ -55,14 +61,15 @@ from controller.online import (
     StepReport,
     SwitchTarget,
 )
-from experiment.runner import ExperimentError, PhaseResult, RunConfig, say
-from hosts.stats import FREQ_MAGIC, write_json
+from experiment.runner import ExperimentError, PhaseResult, RunConfig, freq_name, say
+from hosts.stats import frequency_meta, write_json
 
 MODES = ("static", "dynamic")
 DEFAULT_EVERY = 2  # iterations between re-selections (the PS's --freq-every)
 POLL_S = 0.02  # how often the loop looks at the PS's frequency files
 STOP_WAIT_S = 30.0  # a step in flight (a P4Runtime write) gets this long to end
-# The loop's policy (controller/online.py), tuned with bench/hotset_sim.py on the run's
+# The loop's policy (controller/online.py's defaults, which `hotagg-ctl hotkeys auto` shares),
+# tuned with bench/hotset_sim.py on the run's
 # workload (Zipf 1.1 over 100,000 keys, 4 workers x 256 draws, 108 slots; seeds 3-5; drift
 # none, every=20/10/5 with fraction 0.1/0.2/0.3), scored against the expected oracle:
 # - DECAY 0.5: a step's counts (2 iterations, ~1,200 updates) are noisy for the keys near
@@ -81,27 +88,22 @@ STOP_WAIT_S = 30.0  # a step in flight (a P4Runtime write) gets this long to end
 #   step could not keep up when steps lag the PS's file.
 # - MIN_RATE 1.0: the warm-up's own rule: a slot is collected every iteration, so a key
 #   updated less often costs the PS more than the switch saves it.
+# - CONFIDENCE 2.0: a swap must also beat both rates' noise by 2 standard errors (Poisson
+#   counts; RateEstimator.stderr). Margin alone still chased noise without drift, since a key
+#   seen once starts at its count: 277 keys moved per 100 iterations, 40 with the test, at
+#   equal coverage (0.984 against 0.982 of the expected oracle). The price is mid-rank keys
+#   of a drift entering a step or two later: every=20 0.956 (0.965), every=10 0.871
+#   (0.913), every=5 0.678 (0.784); z=1 lies between (120 moved, every=10 0.896).
 # The source is the PS's files alone (cold counts, and the hot keys' `collected` presence,
 # PSFrequencySource(collected=True)): every update is counted once, and a step needs no
 # switch read (the 8 tables' hit counters were ~70% of a step's time on the embedded
 # switch); the step's only RPC is its one Write.
-DECAY, FIRST_FULL, MARGIN, MAX_CHANGES, MIN_RATE = 0.5, True, 1.0, 32, 1.0
 
 
 def freq_iterations(path: Path) -> int | None:
-    """The `iterations=` of a PS frequency file's first line (None before it exists)."""
-    try:
-        with open(path) as f:
-            first = f.readline()
-    except FileNotFoundError:
-        return None
-    if not first.startswith(FREQ_MAGIC):
-        return None  # only whole files are renamed into place; this is not one
-    for item in first[len(FREQ_MAGIC) :].split():
-        name, _, value = item.partition("=")
-        if name == "iterations":
-            return int(value)
-    return None
+    """The `iterations=` of a PS frequency file (None before it exists)."""
+    meta = frequency_meta(path)
+    return int(meta["iterations"]) if meta and "iterations" in meta else None
 
 
 class OnlineLoop:
@@ -176,7 +178,7 @@ def online_loop_factory(
     shards = len(exp.topology.parameter_servers)
 
     def start(pdir: Path) -> OnlineLoop:
-        freq = [pdir / f"freq{i}.csv" for i in range(shards)]
+        freq = [pdir / freq_name(i, dynamic=True) for i in range(shards)]
         lines = open(pdir / "hotset.log", "w")  # noqa: SIM115 (closed by OnlineLoop.stop)
 
         def log(line: str) -> None:
@@ -187,7 +189,7 @@ def online_loop_factory(
             SwitchTarget(hot_keys, job),
             PSFrequencySource(freq, collected=True),
             RateEstimator(DECAY, first_full=FIRST_FULL),
-            Hysteresis(budget, MARGIN, MAX_CHANGES, MIN_RATE),
+            Hysteresis(budget, MARGIN, MAX_CHANGES, MIN_RATE, CONFIDENCE),
             log,
         )
         return OnlineLoop(controller, freq, every, pdir / "hotset.json", lines).start()

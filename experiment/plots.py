@@ -163,8 +163,9 @@ def _drift_every(drift: str | None) -> int | None:
 
 
 def coverage(path: Path, hotset: dict) -> None:
-    """Achieved coverage per iteration against the oracle top-B (experiment/hotset.py), the
-    drift's epoch starts dotted; in dynamic mode a second panel: keys moved per
+    """Achieved coverage per iteration against the hindsight oracle top-B and, where the
+    workload knows its popularity, the expected oracle (experiment/hotset.py), the drift's
+    epoch starts dotted; in dynamic mode a second panel: keys moved per
     re-selection (entered up, left down), at the iteration the PS files had reached."""
     dynamic = hotset["mode"] == "dynamic"
     rows = 2 if dynamic else 1
@@ -177,6 +178,10 @@ def coverage(path: Path, hotset: dict) -> None:
     achieved = 100 * np.array(hotset["coverage"])
     best = f"oracle: best {hotset['budget']} keys of each iteration"
     ax.plot(its, oracle, color="black", ls="--", lw=1, label=best)
+    expected = hotset.get("expected_oracle_coverage")
+    if expected and None not in expected:
+        likely = f"expected oracle: the {hotset['budget']} most likely keys of each iteration"
+        ax.plot(its, 100 * np.array(expected), color="gray", ls="-.", lw=1, label=likely)
     mine = f"achieved: summed in the switch ({hotset['mode']})"
     ax.plot(its, achieved, marker="o", ms=3, color=COLORS["offload"], label=mine)
     every = _drift_every(hotset.get("drift"))
@@ -194,6 +199,8 @@ def coverage(path: Path, hotset: dict) -> None:
     if ratio is not None:
         mean = 100 * hotset["coverage_mean"]
         title += f"\nmean {mean:.1f}% of updates, {100 * ratio:.0f}% of the oracle's"
+        if hotset.get("coverage_ratio_expected") is not None:
+            title += f", {100 * hotset['coverage_ratio_expected']:.0f}% of the expected one"
     ax.set_title(title, fontsize=10)
     if dynamic:
         mv = axes[1][0]

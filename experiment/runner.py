@@ -161,6 +161,12 @@ def say(msg: str) -> None:
     print(f"hotagg: {msg}", flush=True)
 
 
+def freq_name(shard: int, dynamic: bool) -> str:
+    """A PS shard's frequency file in a phase: binary (.npz) where the online loop reads it
+    every few iterations (hosts/stats.py: the CSV's cost slowed the iterations)."""
+    return f"freq{shard}.npz" if dynamic else f"freq{shard}.csv"
+
+
 class Experiment:
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
@@ -538,7 +544,7 @@ class Experiment:
                     "--log",
                     str(pdir / f"ps{i}.csv"),
                     "--freq",
-                    str(pdir / f"freq{i}.csv"),
+                    str(pdir / freq_name(i, dynamic=online is not None)),
                     "--params",
                     str(pdir / f"params{i}.npy"),
                     "--summary",

@@ -705,14 +705,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="give up after this many seconds, exit 3 (0: never; default 900)",
     )
     p.add_argument("--log", help="request log CSV")
-    p.add_argument("--freq", help="key frequency statistics file")
+    p.add_argument(
+        "--freq", help="key frequency statistics file (CSV; binary when it ends in .npz)"
+    )
     p.add_argument(
         "--freq-every",
         type=int,
         default=0,
         metavar="N",
         help="rewrite --freq every N iterations while running, for the controller's online "
-        "loop (`hotagg-ctl hotkeys auto --freq`; default 0: only at exit)",
+        "loop (`hotagg-ctl hotkeys auto --freq`; default 0: only at exit). Give it a .npz "
+        "path: a CSV of tens of thousands of keys costs tens of ms to write and read",
     )
     p.add_argument("--params", help="final parameters .npy")
     p.add_argument("--summary", help="summary JSON")

@@ -17,6 +17,10 @@ Frequency file (one per PS shard, written at the end of a run, and with the PS's
   `updates` = cold + collected, i.e. the times the PS applied something to the key.
 - Only keys with updates > 0 appear; rows are sorted by updates descending, then key ascending,
   so the first N rows are the N hottest keys of the shard. Shards hold disjoint keys.
+- A path ending in `.npz` gets the same content in binary: arrays `keys`, `cold`, `collected`
+  (rows in key order) and `meta` (the first line's fields, as JSON). The online loop's files
+  are these: rewritten every 2 iterations, the CSV cost the PS ~23 ms and the loop ~17 ms
+  of CPU each time (17,000 keys), which on 2 cores slowed every iteration; .npz ~1 ms.
 
 Hot-keys file (written by `make run` for the offload phase from what the controller
 installed; read by the PS and the workers so the cache is filled before iteration 1)::
@@ -88,7 +92,11 @@ class Frequency:
 def write_frequency(
     path: str | Path, cold: np.ndarray, collected: np.ndarray, meta: dict[str, Any]
 ) -> None:
-    """Write the frequency file from per-key counters indexed by key (see the module doc)."""
+    """Write the frequency file from per-key counters indexed by key (see the module doc;
+    `.npz`: binary)."""
+    if str(path).endswith(".npz"):
+        _write_frequency_npz(path, cold, collected, meta)
+        return
     updates = cold + collected
     keys = np.flatnonzero(updates)
     order = np.lexsort((keys, -updates[keys]))  # updates desc, then key asc
@@ -139,7 +147,44 @@ def csv_rows(table: np.ndarray) -> bytes:
     return chars[keep].tobytes()
 
 
+def _write_frequency_npz(
+    path: str | Path, cold: np.ndarray, collected: np.ndarray, meta: dict[str, Any]
+) -> None:
+    keys = np.flatnonzero(cold + collected)
+    totals = {
+        "keys": len(keys),
+        "updates": int(cold.sum() + collected.sum()),
+        "cold": int(cold.sum()),
+        "collected": int(collected.sum()),
+    }
+    head = json.dumps({k: str(v) for k, v in {**meta, **totals}.items()})
+    tmp = Path(f"{path}.tmp")
+    with open(tmp, "wb") as f:  # written whole, then renamed, as the CSV
+        np.savez(f, keys=keys, cold=cold[keys], collected=collected[keys], meta=np.array(head))
+    tmp.replace(path)
+
+
+def frequency_meta(path: str | Path) -> dict[str, str] | None:
+    """A frequency file's first-line fields (None before the file exists): cheap, for a
+    loop that polls until a PS has reached an iteration."""
+    try:
+        if str(path).endswith(".npz"):
+            with np.load(path) as z:
+                return json.loads(str(z["meta"]))
+        with open(path) as f:
+            first = f.readline()
+    except FileNotFoundError:
+        return None
+    if not first.startswith(FREQ_MAGIC):
+        return None  # only whole files are renamed into place; this is not one
+    return dict(item.split("=", 1) for item in first[len(FREQ_MAGIC) :].split())
+
+
 def read_frequency(path: str | Path) -> Frequency:
+    if str(path).endswith(".npz"):
+        with np.load(path) as z:
+            keys, cold, collected = (z[n].astype(np.int64) for n in ("keys", "cold", "collected"))
+            return Frequency(json.loads(str(z["meta"])), keys, cold + collected, cold, collected)
     with open(path) as f:
         first = f.readline()
         if not first.startswith(FREQ_MAGIC):

@@ -60,7 +60,7 @@ class FakeTarget:
 
 
 def test_estimator_decays_per_step_and_counts_per_iteration() -> None:
-    est = RateEstimator(decay=0.5, forget=0.01)
+    est = RateEstimator(decay=0.5, forget=0.01, first_full=False)
     est.update(Observation({1: 40, 2: 4}, iterations=4))  # 10 and 1 per iteration
     assert est.rate(1) == pytest.approx(5.0) and est.rate(2) == pytest.approx(0.5)
     est.update(Observation({2: 40}, iterations=4))
@@ -151,12 +151,40 @@ def test_keys_near_the_boundary_do_not_flap() -> None:
     )
 
 
+def test_a_candidate_must_beat_the_weakest_member_by_more_than_its_noise() -> None:
+    est = RateEstimator(decay=0.5, first_full=True)
+    # a member watched for 5 steps of 2 iterations at 2 updates per iteration
+    for _ in range(5):
+        est.update(Observation({1: 4}, iterations=2))
+    steady = est.stderr(1)
+    est.update(Observation({1: 4, 2: 40}, iterations=2))  # key 2 seen once, 20 per iteration
+    # Poisson: one interval's rate n/s has variance rate/s; the member's error is smaller
+    assert est.stderr(2) == pytest.approx((20.0 / 2) ** 0.5)
+    assert 0 < est.stderr(1) < steady < est.stderr(2)
+    pol = Hysteresis(budget=1, margin=1.0, min_rate=0.0, confidence=2.0)
+    assert pol.choose({1}, est.rate, est.rates, est.stderr) == Changes([2], [1])
+    # 6 per iteration beats 2 x the member's rate (4), but not by 2 standard errors (3.7)
+    est.update(Observation({1: 4, 3: 12}, iterations=2))
+    assert est.rate(3) == pytest.approx(3 * est.rate(1))
+    noisy = Hysteresis(budget=1, margin=1.0, min_rate=0.0, confidence=2.0)
+    assert noisy.choose({1}, est.rate, {3: 0}, est.stderr) == Changes([], [])
+    # without the test (confidence 0, or no stderr given) the margin alone lets it in
+    assert Hysteresis(1, 1.0, min_rate=0.0, confidence=0.0).choose(
+        {1}, est.rate, {3: 0}, est.stderr
+    ) == Changes([3], [1])
+    assert noisy.choose({1}, est.rate, {3: 0}) == Changes([3], [1])
+
+
 def test_step_reports_coverage_against_the_oracle() -> None:
     lines: list[str] = []
     target = FakeTarget({1, 2})
     obs = Observation({1: 30, 2: 10, 3: 40, 4: 20}, iteration=120, iterations=10, complete=True)
     loop = OnlineController(
-        target, FakeSource([obs]), RateEstimator(0.0), Hysteresis(2, 0.2, 1, 0.0), lines.append
+        target,
+        FakeSource([obs]),
+        RateEstimator(0.0),
+        Hysteresis(2, 0.2, 1, 0.0, confidence=0.0),
+        lines.append,
     )
     r = loop.step()
     # the interval ran with {1, 2}: 40 of 100 updates; the best 2 keys had 70
@@ -259,12 +287,16 @@ def test_csv_rows_are_np_savetxt_byte_for_byte() -> None:
     assert csv_rows(np.zeros((0, 4), np.int64)) == b""
 
 
-def test_ps_rewrites_the_file_in_a_thread_in_order_and_reports_its_failure(tmp_path) -> None:
+@pytest.mark.parametrize("suffix", [".csv", ".npz"])
+def test_ps_rewrites_the_file_in_a_thread_in_order_and_reports_its_failure(
+    tmp_path, suffix: str, request: pytest.FixtureRequest
+) -> None:
     from hosts.ps import ParameterServer, PSConfig
     from hosts.stats import read_frequency
 
-    path = tmp_path / "freq.csv"
+    path = tmp_path / f"freq{suffix}"
     ps = ParameterServer(PSConfig(1, 4, 100, freq_path=str(path), freq_every=2))
+    request.addfinalizer(ps.close)
     for t in (3, 5):
         ps.it.number = t  # cur - 1 = iterations the file covers
         ps.cold_count[7] = t

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from contract.constants import VALUE_SCALE, to_fixed
-from hosts.stats import params_sha256, read_frequency, top_keys, write_frequency
+from hosts.stats import (
+    frequency_meta,
+    params_sha256,
+    read_frequency,
+    top_keys,
+    write_frequency,
+)
 from hosts.workloads import (
     Drift,
     DriftSpec,
@@ -147,6 +153,26 @@ def test_frequency_file_round_trip(tmp_path) -> None:
     write_frequency(tmp_path / "empty.csv", np.zeros(3, int), np.zeros(3, int), {})
     assert read_frequency(tmp_path / "empty.csv").keys.size == 0
     assert params_sha256(np.arange(3)) == params_sha256(np.arange(3, dtype=">i8"))
+
+
+def test_the_binary_frequency_file_holds_what_the_csv_holds(tmp_path) -> None:
+    rng = np.random.default_rng(5)
+    cold, collected = rng.integers(0, 4, 500), rng.integers(0, 3, 500)
+    meta = {"job": 2, "shard": "1/2", "workers": 4, "iterations": 30}
+    for name in ("f.csv", "f.npz"):
+        write_frequency(tmp_path / name, cold, collected, meta)
+    text, binary = read_frequency(tmp_path / "f.csv"), read_frequency(tmp_path / "f.npz")
+    assert text.meta == binary.meta and binary.meta["iterations"] == "30"
+    for f in (text, binary):
+        as_dict = {
+            k: (c, h) for k, c, h in zip(*(a.tolist() for a in (f.keys, f.cold, f.collected)))
+        }
+        want = {k: (int(cold[k]), int(collected[k])) for k in np.flatnonzero(cold + collected)}
+        assert as_dict == want and (f.updates == f.cold + f.collected).all()
+    assert top_keys([tmp_path / "f.csv"], 20) == top_keys([tmp_path / "f.npz"], 20)
+    for name in ("f.csv", "f.npz"):
+        assert frequency_meta(tmp_path / name) == text.meta
+        assert frequency_meta(tmp_path / ("missing" + name[1:])) is None
 
 
 # --- drift ---
