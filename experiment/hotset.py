@@ -121,6 +121,7 @@ class OnlineLoop:
         self.controller, self.freq_paths, self.every = controller, list(freq_paths), every
         self.log_path, self.log_file = log_path, log_file
         self.error: BaseException | None = None
+        self._seen: dict[Path, tuple[tuple[int, int, int], int | None]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hotset-online", daemon=True)
 
@@ -129,8 +130,21 @@ class OnlineLoop:
         return self
 
     def _reached(self) -> int | None:
-        done = [freq_iterations(p) for p in self.freq_paths]
+        done = [self._iterations(p) for p in self.freq_paths]
         return None if None in done else min(d for d in done if d is not None)
+
+    def _iterations(self, path: Path) -> int | None:
+        """freq_iterations(path), read again only when the PS renamed a new file into place
+        (a stat per poll instead of opening the file: the loop polls every POLL_S)."""
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        seen = self._seen.get(path)
+        if seen is None or seen[0] != stamp:
+            seen = self._seen[path] = (stamp, freq_iterations(path))
+        return seen[1]
 
     def _run(self) -> None:
         next_at = self.every

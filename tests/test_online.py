@@ -418,3 +418,15 @@ def test_the_loop_moves_keys_on_a_switch_while_a_job_trains(switch: Switch, tmp_
     assert any(r.iteration for r in reports)  # the PS's file was read while it ran
     c = summaries[0]["counters"]
     assert c["collected_entries"] > 0 and c["cold_entries"] > 0
+
+
+def test_a_forgotten_key_seen_again_starts_afresh() -> None:
+    est = RateEstimator(decay=0.5, forget=0.1, first_full=True)
+    est.update(Observation({1: 8, 2: 8, 3: 8, 4: 8}))
+    for _ in range(7):  # 1 decays to 8 / 2^7, below the floor; 2, 3, 4 stay watched
+        est.update(Observation({2: 8, 3: 8, 4: 8}))
+    assert est.rate(1) == 0.0 and est.stderr(1) == 0.0 and 1 not in est.rates
+    assert est.keys_at_least(0.0) == [2, 3, 4]
+    est.update(Observation({1: 6, 2: 8}))
+    assert est.rate(1) == pytest.approx(6.0) and est.stderr(1) == pytest.approx(6.0**0.5)
+    assert est.keys_at_least(7.0) == [2] and sorted(est.rates) == [1, 2, 3, 4]
