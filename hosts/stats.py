@@ -94,27 +94,38 @@ def write_frequency(
 ) -> None:
     """Write the frequency file from per-key counters indexed by key (see the module doc;
     `.npz`: binary)."""
-    if str(path).endswith(".npz"):
-        _write_frequency_npz(path, cold, collected, meta)
-        return
     updates = cold + collected
     keys = np.flatnonzero(updates)
-    order = np.lexsort((keys, -updates[keys]))  # updates desc, then key asc
-    keys = keys[order]
-    totals = {
+    fields = {
+        **meta,
         "keys": len(keys),
         "updates": int(updates.sum()),
         "cold": int(cold.sum()),
         "collected": int(collected.sum()),
     }
-    head = " ".join(f"{k}={v}" for k, v in {**meta, **totals}.items())
     # written whole, then renamed: a reader (the controller's online loop) never sees half
     tmp = Path(f"{path}.tmp")
     with open(tmp, "wb") as f:
-        f.write(f"{FREQ_MAGIC} {head}\n{','.join(FREQ_COLUMNS)}\n".encode())
-        table = np.stack([keys, updates[keys], cold[keys], collected[keys]], axis=1)
-        f.write(csv_rows(table))
+        if _binary(path):
+            as_json = np.array(json.dumps({k: str(v) for k, v in fields.items()}))
+            np.savez(f, keys=keys, cold=cold[keys], collected=collected[keys], meta=as_json)
+        else:
+            keys = keys[np.lexsort((keys, -updates[keys]))]  # updates desc, then key asc
+            head = " ".join(f"{k}={v}" for k, v in fields.items())
+            f.write(f"{FREQ_MAGIC} {head}\n{','.join(FREQ_COLUMNS)}\n".encode())
+            f.write(csv_rows(np.stack([keys, updates[keys], cold[keys], collected[keys]], 1)))
     tmp.replace(path)
+
+
+def _binary(path: str | Path) -> bool:
+    return str(path).endswith(".npz")
+
+
+def _csv_fields(first: str) -> dict[str, str] | None:
+    """The fields of a CSV frequency file's first line (None if it is not one)."""
+    if not first.startswith(FREQ_MAGIC):
+        return None
+    return dict(item.split("=", 1) for item in first[len(FREQ_MAGIC) :].split())
 
 
 def csv_rows(table: np.ndarray) -> bytes:
@@ -147,49 +158,30 @@ def csv_rows(table: np.ndarray) -> bytes:
     return chars[keep].tobytes()
 
 
-def _write_frequency_npz(
-    path: str | Path, cold: np.ndarray, collected: np.ndarray, meta: dict[str, Any]
-) -> None:
-    keys = np.flatnonzero(cold + collected)
-    totals = {
-        "keys": len(keys),
-        "updates": int(cold.sum() + collected.sum()),
-        "cold": int(cold.sum()),
-        "collected": int(collected.sum()),
-    }
-    head = json.dumps({k: str(v) for k, v in {**meta, **totals}.items()})
-    tmp = Path(f"{path}.tmp")
-    with open(tmp, "wb") as f:  # written whole, then renamed, as the CSV
-        np.savez(f, keys=keys, cold=cold[keys], collected=collected[keys], meta=np.array(head))
-    tmp.replace(path)
-
-
 def frequency_meta(path: str | Path) -> dict[str, str] | None:
     """A frequency file's first-line fields (None before the file exists): cheap, for a
     loop that polls until a PS has reached an iteration."""
     try:
-        if str(path).endswith(".npz"):
+        if _binary(path):
             with np.load(path) as z:
                 return json.loads(str(z["meta"]))
         with open(path) as f:
             first = f.readline()
     except FileNotFoundError:
         return None
-    if not first.startswith(FREQ_MAGIC):
-        return None  # only whole files are renamed into place; this is not one
-    return dict(item.split("=", 1) for item in first[len(FREQ_MAGIC) :].split())
+    return _csv_fields(first)  # None: not a whole file (only those are renamed into place)
 
 
 def read_frequency(path: str | Path) -> Frequency:
-    if str(path).endswith(".npz"):
+    if _binary(path):
         with np.load(path) as z:
             keys, cold, collected = (z[n].astype(np.int64) for n in ("keys", "cold", "collected"))
             return Frequency(json.loads(str(z["meta"])), keys, cold + collected, cold, collected)
     with open(path) as f:
         first = f.readline()
-        if not first.startswith(FREQ_MAGIC):
+        meta = _csv_fields(first)
+        if meta is None:
             raise ValueError(f"{path}: not a hotagg frequency file (first line {first!r})")
-        meta = dict(item.split("=", 1) for item in first[len(FREQ_MAGIC) :].split())
         if f.readline().strip() != ",".join(FREQ_COLUMNS):
             raise ValueError(f"{path}: expected the header {','.join(FREQ_COLUMNS)}")
         rows = f.read()
