@@ -400,9 +400,9 @@ class Worker:
                 result, idle = idle(), None
                 continue  # replies may be waiting: read them without blocking
             for m in self._recv(ch.wake_in(0.2)):
-                # A resent PUSH's second reply often comes while DONE is waited for: it is
-                # the data channel's, whichever channel is in use now.
-                if self._data.spurious(m) or (ch is not self._data and ch.spurious(m)):
+                # Only the data channel tracks spurious resends (a DONE's seq repeats), and
+                # a resent PUSH's second reply often comes while DONE is waited for.
+                if self._data.spurious(m):
                     continue
                 if m.op != reply_op:
                     self.counters["stray_replies"] += 1
