@@ -355,7 +355,7 @@ class Hysteresis:
         while len(members) - len(remove) > self.budget:
             remove.append(weakest.pop(0))
         room = self.budget - (len(members) - len(remove))
-        z = self.confidence if stderr is not None else 0.0
+        noise = stderr if self.confidence else None  # no noise test without both
         for key in candidates:
             if len(add) >= self.max_changes:
                 break
@@ -365,9 +365,9 @@ class Hysteresis:
                 continue
             if not weakest or rate(key) <= (1.0 + self.margin) * rate(weakest[0]):
                 break  # sorted: no later candidate beats the weakest either
-            if z and stderr is not None:
+            if noise is not None:
                 excess = rate(key) - (1.0 + self.margin) * rate(weakest[0])
-                if excess <= z * math.hypot(stderr(key), stderr(weakest[0])):
+                if excess <= self.confidence * math.hypot(noise(key), noise(weakest[0])):
                     continue  # within its noise; a steadier, slower candidate may still pass
             remove.append(weakest.pop(0))
             add.append(key)
