@@ -165,12 +165,15 @@ def run(cfg: RunConfig) -> int:
     run_dir = exp.make_run_dir()
     config = cfg.as_dict()
 
+    def save_config() -> None:  # again whenever the run learns more about itself
+        (run_dir / "config.json").write_text(dumps_strict(config, indent=2) + "\n")
+
     def record_links() -> None:
         # what the links really are (the topology's, BW's or BW=auto's): it decides the
         # regime (README)
         rates = sorted({link.bandwidth or 0.0 for link in exp.topology.links})
         config["link_bandwidth_mbps"] = [r or None for r in rates]
-        (run_dir / "config.json").write_text(dumps_strict(config, indent=2) + "\n")
+        save_config()
         links = ", ".join("unlimited" if not r else f"{r:g} Mbit/s" for r in rates)
         say(
             f"run {run_dir.name}: {cfg.workers} workers, {cfg.iterations} iterations, "
@@ -187,7 +190,7 @@ def run(cfg: RunConfig) -> int:
         config["grpc_ports"] = {
             name: int(addr.rsplit(":", 1)[1]) for name, addr in exp.net.grpc_addrs.items()
         }
-        (run_dir / "config.json").write_text(dumps_strict(config, indent=2) + "\n")
+        save_config()
         exp.configure(hot_keys=None)
         # Same workload and seed, read further on: the warm-up learns which keys are popular
         # without seeing the iterations it is then measured on (a trace is profiled from its
@@ -196,7 +199,7 @@ def run(cfg: RunConfig) -> int:
         measured = measured_stream_offset(cfg)
         phases["warmup"] = exp.run_phase("warmup", cfg.warmup, False, stream_offset=offset)
         config["initial_rto_ms"] = round(1e3 * exp.learn_initial_rto(phases["warmup"]), 1)
-        (run_dir / "config.json").write_text(dumps_strict(config, indent=2) + "\n")
+        save_config()
         freqs: dict[int, int] = {}
         for f in sorted(phases["warmup"].dir.glob("freq*.csv")):
             for key, n in load_stats(f).items():
