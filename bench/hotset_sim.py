@@ -27,6 +27,12 @@ from pathlib import Path
 import numpy as np
 
 from controller.online import (
+    CONFIDENCE,
+    DECAY,
+    FIRST_FULL,
+    MARGIN,
+    MAX_CHANGES,
+    MIN_RATE,
     Changes,
     Hysteresis,
     Observation,
@@ -40,7 +46,6 @@ from hosts.workloads import DriftSpec, StreamOffset, ZipfWorkload
 class SimTarget:
     def __init__(self, keys: set[int]) -> None:
         self.keys = set(keys)
-        self.pending: list[tuple[int, Changes]] = []
 
     def current(self) -> set[int]:
         return set(self.keys)
@@ -59,13 +64,13 @@ def simulate(
     skew: float = 1.1,
     every: int = 2,
     lag: int = 0,
-    decay: float = 0.5,
-    margin: float = 0.2,
-    max_changes: int = 16,
-    min_rate: float = 1.0,
-    confidence: float = 0.0,
+    decay: float = DECAY,
+    margin: float = MARGIN,
+    max_changes: int = MAX_CHANGES,
+    min_rate: float = MIN_RATE,
+    confidence: float = CONFIDENCE,
     dynamic: bool = True,
-    first_full: bool = False,
+    first_full: bool = FIRST_FULL,
     warmup: int = 5,
     hot_slots: int = 256,
 ) -> dict[str, float]:
