@@ -12,7 +12,19 @@ Coverage as in summary.json's `hotset` block: per iteration, the share of its up
 hot set; the hindsight oracle (the best `budget` keys of that iteration's own draws) and the
 expected oracle (the `budget` most likely keys of that iteration, ZipfWorkload.hottest).
 
+Policies: `static` (the warm-up's set, never changed), `dynamic` (the online loop) and
+`informed`: a loop that knows the distribution, so each step sets the hot set to the
+expected oracle's keys of the last iteration it counted, at the same pace and lag as the
+online loop. It is the best any loop stepping at that pace can do; what the online loop
+falls short of it is the cost of estimating rates from counts.
+
     .venv/bin/python -m bench.hotset_sim --grid --out bench/results/hotset_sim.json
+    .venv/bin/python -m bench.hotset_sim --sweep --out bench/results/hotset_drift.json
+
+`--sweep` runs the three policies over drift rates (the head's turnover per iteration,
+fraction/every) with `lag` 1, the real runner's (the PS's file for iteration t is read,
+and the step's Write lands, while t+1 runs), and draws coverage / expected oracle against
+the turnover beside the JSON (`.png`).
 """
 
 from __future__ import annotations
@@ -42,6 +54,11 @@ from controller.online import (
 )
 from hosts.workloads import DriftSpec, StreamOffset, ZipfWorkload
 
+POLICIES = ("static", "dynamic", "informed")
+# (every, fraction) of the sweep: head turnover 0.5% to 6% of the 256 head ranks per iteration
+SWEEP_DRIFTS = ((40, 0.2), (20, 0.1), (20, 0.2), (10, 0.1), (10, 0.2), (5, 0.2), (5, 0.3))
+SWEEP_LAG = 1
+
 
 class SimTarget:
     def __init__(self, keys: set[int]) -> None:
@@ -69,11 +86,13 @@ def simulate(
     max_changes: int = MAX_CHANGES,
     min_rate: float = MIN_RATE,
     confidence: float = CONFIDENCE,
-    dynamic: bool = True,
+    policy: str = "dynamic",
     first_full: bool = FIRST_FULL,
     warmup: int = 5,
     hot_slots: int = 256,
 ) -> dict[str, float]:
+    if policy not in POLICIES:
+        raise ValueError(f"policy {policy!r}: one of {', '.join(POLICIES)}")
     spec = DriftSpec.parse(drift)
     wl = ZipfWorkload(keys, skew, draws, seed=seed, drift=spec)
     warm = StreamOffset(ZipfWorkload(keys, skew, draws, seed=seed), 1_000_000)
@@ -126,14 +145,19 @@ def simulate(
             else:
                 state["cold"][k] += n
         state["since"] += 1
-        if dynamic and t % every == 0:
-            held, target.apply = target.apply, lambda ch: None  # choose now, apply later
+        if policy != "static" and t % every == 0:
             before = target.current()
-            r = loop.step()
-            target.apply = held
-            ch = Changes(r.added, r.removed)
-            moved += len(r.added) + len(r.removed)
-            assert set(r.removed) <= before
+            if policy == "informed":
+                state["cold"], state["collected"], state["since"] = Counter(), Counter(), 0
+                want = set(wl.hottest(budget, t).tolist())
+                ch = Changes(sorted(want - before), sorted(before - want))
+            else:
+                held, target.apply = target.apply, lambda ch: None  # choose now, apply later
+                r = loop.step()
+                target.apply = held
+                ch = Changes(r.added, r.removed)
+            moved += len(ch.add) + len(ch.remove)
+            assert set(ch.remove) <= before
             if lag:
                 pending.append((t + 1 + lag, ch))
             else:
@@ -150,14 +174,99 @@ def simulate(
     }
 
 
+def sweep(seeds: list[int], lag: int = SWEEP_LAG, iterations: int = 100) -> list[dict]:
+    """Every policy at every drift of SWEEP_DRIFTS (and none), one row per run."""
+    rows = []
+    drifts: list[tuple[str | None, float]] = [(None, 0.0)]
+    drifts += [(f"every={e},fraction={f}", f / e) for e, f in SWEEP_DRIFTS]
+    for drift, turnover in drifts:
+        for policy in POLICIES:
+            for seed in seeds:
+                res = simulate(drift, seed, iterations, lag=lag, policy=policy)
+                rows.append(
+                    {
+                        "drift": drift,
+                        "turnover": turnover,
+                        "policy": policy,
+                        "seed": seed,
+                        "lag": lag,
+                        **res,
+                    }
+                )
+            mine = [r["ratio_expected"] for r in rows[-len(seeds) :]]
+            print(
+                f"drift {drift or 'none'}: {policy} {np.mean(mine):.3f} of the expected oracle",
+                file=sys.stderr,
+                flush=True,
+            )
+    return rows
+
+
+def plot_sweep(path: Path, rows: list[dict]) -> None:
+    """Coverage / expected oracle against the head's turnover per iteration, per policy
+    (mean of the runs at that turnover, seeds and drifts of equal turnover; bars from the
+    lowest to the highest)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on a test VM or in CI
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    styles = {"informed": ("gray", "--"), "dynamic": ("tab:blue", "-"), "static": ("tab:red", "-")}
+    for policy in POLICIES:
+        mine = [r for r in rows if r["policy"] == policy]
+        xs = sorted({r["turnover"] for r in mine})
+        per = [[r["ratio_expected"] for r in mine if r["turnover"] == x] for x in xs]
+        mean = np.array([np.mean(v) for v in per])
+        err = np.array(
+            [[m - min(v) for m, v in zip(mean, per)], [max(v) - m for m, v in zip(mean, per)]]
+        )
+        color, ls = styles[policy]
+        ax.errorbar(
+            100 * np.array(xs),
+            mean,
+            yerr=err,
+            color=color,
+            ls=ls,
+            marker="o",
+            ms=4,
+            capsize=3,
+            label=policy,
+        )
+    ax.axhline(0.9, color="black", ls=":", lw=1, label="goal: 90% of the expected oracle")
+    ax.set_xlabel("head turnover per iteration (% of the head ranks: fraction / every)")
+    ax.set_ylabel("coverage / expected oracle")
+    ax.set_ylim(0, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    lag = rows[0]["lag"] if rows else SWEEP_LAG
+    ax.set_title(
+        f"Hot-set coverage under drift (simulated, lag {lag}, "
+        f"{len({r['seed'] for r in rows})} seeds)",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--grid", action="store_true")
+    p.add_argument("--grid", action="store_true", help="the dynamic loop over a settings grid")
+    p.add_argument("--sweep", action="store_true", help="the policies over drift rates (+ .png)")
     p.add_argument("--seeds", default="3,4,5")
     p.add_argument("--drifts", default="none,every=10,fraction=0.2;every=5,fraction=0.3")
+    p.add_argument("--iterations", type=int, default=100, help="per run (--sweep)")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
+    if args.sweep:
+        rows = sweep(seeds, iterations=args.iterations)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(rows, indent=1) + "\n")
+            plot_sweep(args.out.with_suffix(".png"), rows)
+        return 0
     drifts = [None if d == "none" else d for d in args.drifts.replace("none,", "none;").split(";")]
     grid = {
         "decay": [0.3, 0.5],
@@ -169,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     combos = [dict(zip(grid, v)) for v in itertools.product(*grid.values())] if args.grid else [{}]
     for drift in drifts:
         for s in seeds:
-            static = simulate(drift, s, dynamic=False)
+            static = simulate(drift, s, policy="static")
             rows.append({"drift": drift, "seed": s, "mode": "static", **static})
     for combo in combos:
         for drift in drifts:
