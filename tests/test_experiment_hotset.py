@@ -4,6 +4,8 @@ switch behind the online controller. The real loop on both targets: tests/test_e
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from collections import Counter
@@ -106,6 +108,29 @@ def test_loop_failure_is_the_phases_error_and_the_loop_ends(tmp_path: Path) -> N
     with pytest.raises(ExperimentError, match="online hot-set loop failed: switch unreachable"):
         loop.stop()
     assert not any(t.name == "hotset-online" for t in threading.enumerate())
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread priority is Linux's")
+def test_the_loop_steps_at_the_lowest_cpu_priority_and_leaves_its_process_alone(
+    tmp_path: Path,
+) -> None:
+    niceness: list[int] = []
+
+    class Watched(FakeSource):
+        def read(self):
+            niceness.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+            return super().read()
+
+    files = [tmp_path / "freq0.csv"]
+    freq_file(files[0], 2)
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    loop = hotset.OnlineLoop(controller(FakeTarget({1}), Watched()), files, 2).start()
+    deadline = time.monotonic() + 5
+    while not niceness and time.monotonic() < deadline:
+        time.sleep(hotset.POLL_S)
+    loop.stop()
+    assert niceness == [max(before, hotset.LOOP_NICE)]  # a nicer process stays as nice
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before  # the runner's thread is untouched
 
 
 def test_oracle_is_the_best_budget_keys_of_each_iteration() -> None:
