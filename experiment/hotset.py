@@ -103,6 +103,16 @@ LOOP_NICE = 19
 #   equal coverage (0.984 against 0.982 of the expected oracle). The price is mid-rank keys
 #   of a drift entering a step or two later: every=20 0.956 (0.965), every=10 0.871
 #   (0.913), every=5 0.678 (0.784); z=1 lies between (120 moved, every=10 0.896).
+# What no setting of these changes (`bench.hotset_sim --sweep`, lag 1 as measured here): at
+# a head turnover of 2% per iteration (every=10,fraction=0.2) the loop keeps 0.85 of the
+# expected oracle, and a loop that knew the distribution, at the same pace, 0.95. The rest
+# is estimation: the boundary keys get ~1 update per iteration, and telling 1.5 from 0.8
+# takes 4-6 iterations of counts, while the head changes every 10. Explored in the
+# simulator and left out: margin 0-1 with z 0-3 (best 0.90 at 300+ moves without drift;
+# greedy, no test at all, 0.89), decay 0.3-0.9, a step every iteration (0.91 at 1,300
+# moves without drift), resetting a rate on a 2.5-3 sigma jump, exact member counts instead
+# of presence (+0.014), a longest-consistent-window estimator (worse: slow to see a member
+# leave).
 # The source is the PS's files alone (cold counts, and the hot keys' `collected` presence,
 # PSFrequencySource(collected=True)): every update is counted once, and a step needs no
 # switch read (the 8 tables' hit counters were ~70% of a step's time on the embedded
