@@ -121,15 +121,17 @@ def test_the_loop_steps_at_the_lowest_cpu_priority_and_leaves_its_process_alone(
             niceness.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
             return super().read()
 
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    if before >= hotset.LOOP_NICE:
+        pytest.skip(f"the tests already run at nice {before}: nothing to lower")
     files = [tmp_path / "freq0.csv"]
     freq_file(files[0], 2)
-    before = os.getpriority(os.PRIO_PROCESS, 0)
     loop = hotset.OnlineLoop(controller(FakeTarget({1}), Watched()), files, 2).start()
     deadline = time.monotonic() + 5
     while not niceness and time.monotonic() < deadline:
         time.sleep(hotset.POLL_S)
     loop.stop()
-    assert niceness == [max(before, hotset.LOOP_NICE)]  # a nicer process stays as nice
+    assert niceness == [hotset.LOOP_NICE]
     assert os.getpriority(os.PRIO_PROCESS, 0) == before  # the runner's thread is untouched
 
 
