@@ -72,15 +72,22 @@ DEFAULT_EVERY = 2  # iterations between re-selections (the PS's --freq-every)
 POLL_S = 0.02  # how often the loop looks at the PS's frequency files
 STOP_WAIT_S = 30.0  # a step in flight (a P4Runtime write) gets this long to end
 # The loop's thread runs at the lowest CPU priority: a controller runs on a CPU of its own,
-# not on the cores of the agents and the switch it steers. A step takes ~9 ms of CPU (every
-# 2 iterations of ~33 ms); on 2 cores that slowed the agents: without drift (embedded,
-# 5 Mbit/s, seeds 4-9) offload's speedup over server-only was 1.234 static and 1.177
-# dynamic, and is 1.213 dynamic at this priority.
+# not on the cores of the switch it steers. A step takes ~9 ms of CPU every 2 iterations of
+# ~33 ms. Mininet starts each host in a session of its own, and with autogroup scheduling
+# (on by default on most distributions: /proc/sys/kernel/sched_autogroup_enabled) a thread's
+# nice value only counts within its session: it does not yield to the agents, but to the
+# switch process the runner started (the embedded switch, or BMv2), which shares the
+# runner's session and is on every packet's path. Measured without drift (embedded,
+# 5 Mbit/s, seeds 4-9, then 11-15): one batch went from 1.177 to 1.213 in offload's
+# speedup over server-only (static 1.234), the next stayed at 32.5 ms p50 either way
+# (static 31.8).
 LOOP_NICE = 19
 # The loop's policy (controller/online.py's defaults, which `hotagg-ctl hotkeys auto` shares),
 # tuned with bench/hotset_sim.py on the run's
 # workload (Zipf 1.1 over 100,000 keys, 4 workers x 256 draws, 108 slots; seeds 3-5; drift
 # none, every=20/10/5 with fraction 0.1/0.2/0.3), scored against the expected oracle:
+# (These settings were tuned at lag 0, a step's changes in force from the next iteration;
+# the real runner is nearer lag 1, which costs ~0.02 at every=10.)
 # - DECAY 0.5: a step's counts (2 iterations, ~1,200 updates) are noisy for the keys near
 #   the boundary (~1 update per iteration); 0.3 moved 2-3x more keys for no coverage, 0.7
 #   lagged the drift (every=10: 0.88 of the oracle instead of 0.91).
