@@ -261,6 +261,35 @@ def plot_sweep(path: Path, rows: list[dict]) -> None:
     plt.close(fig)
 
 
+def settings_grid(seeds: list[int], drifts: list[str | None], full: bool) -> list[dict]:
+    """Static per drift and seed, then the dynamic loop (mean over seeds) at each setting of
+    the grid (`full`) or at the defaults; printed as they come, the static rows last."""
+    grid = {
+        "decay": [0.3, 0.5],
+        "margin": [0.1, 0.2, 0.5],
+        "min_rate": [0.5, 1.0],
+        "lag": [0, 1],
+    }
+    rows = []
+    combos = [dict(zip(grid, v)) for v in itertools.product(*grid.values())] if full else [{}]
+    for drift in drifts:
+        for s in seeds:
+            static = simulate(drift, s, policy="static")
+            rows.append({"drift": drift, "seed": s, "mode": "static", **static})
+    for combo in combos:
+        for drift in drifts:
+            res = [simulate(drift, s, **combo) for s in seeds]
+            row = {"drift": drift, "mode": "dynamic", **combo}
+            for name in ("coverage", "ratio", "ratio_expected", "keys_moved"):
+                row[name] = round(float(np.mean([r[name] for r in res])), 4)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    for r in rows:
+        if r["mode"] == "static":
+            print(json.dumps(r))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = p.add_mutually_exclusive_group()
@@ -280,38 +309,14 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.sweep:
         rows = sweep(seeds, iterations=args.iterations)
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(rows, indent=1) + "\n")
-            plot_sweep(args.out.with_suffix(".png"), rows)
-        return 0
-    drifts = [None if d == "none" else d for d in args.drifts.replace("none,", "none;").split(";")]
-    grid = {
-        "decay": [0.3, 0.5],
-        "margin": [0.1, 0.2, 0.5],
-        "min_rate": [0.5, 1.0],
-        "lag": [0, 1],
-    }
-    rows = []
-    combos = [dict(zip(grid, v)) for v in itertools.product(*grid.values())] if args.grid else [{}]
-    for drift in drifts:
-        for s in seeds:
-            static = simulate(drift, s, policy="static")
-            rows.append({"drift": drift, "seed": s, "mode": "static", **static})
-    for combo in combos:
-        for drift in drifts:
-            res = [simulate(drift, s, **combo) for s in seeds]
-            row = {"drift": drift, "mode": "dynamic", **combo}
-            for name in ("coverage", "ratio", "ratio_expected", "keys_moved"):
-                row[name] = round(float(np.mean([r[name] for r in res])), 4)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    for r in rows:
-        if r["mode"] == "static":
-            print(json.dumps(r))
+    else:
+        drifts = args.drifts.replace("none,", "none;").split(";")
+        rows = settings_grid(seeds, [None if d == "none" else d for d in drifts], args.grid)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
+        if args.sweep:
+            plot_sweep(args.out.with_suffix(".png"), rows)
     return 0
 
 
