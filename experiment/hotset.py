@@ -51,12 +51,6 @@ from typing import IO, Any
 import numpy as np
 
 from controller.online import (
-    CONFIDENCE,
-    DECAY,
-    FIRST_FULL,
-    MARGIN,
-    MAX_CHANGES,
-    MIN_RATE,
     Hysteresis,
     OnlineController,
     PSFrequencySource,
@@ -85,9 +79,9 @@ LOOP_NICE = 19
 # The loop's policy (controller/online.py's defaults, which `hotagg-ctl hotkeys auto` shares),
 # tuned with bench/hotset_sim.py on the run's
 # workload (Zipf 1.1 over 100,000 keys, 4 workers x 256 draws, 108 slots; seeds 3-5; drift
-# none, every=20/10/5 with fraction 0.1/0.2/0.3), scored against the expected oracle:
-# (These settings were tuned at lag 0, a step's changes in force from the next iteration;
-# the real runner is nearer lag 1, which costs ~0.02 at every=10.)
+# none, every=20/10/5 with fraction 0.1/0.2/0.3), scored against the expected oracle, at
+# lag 0 (a step's changes in force from the next iteration; the real runner is nearer lag 1,
+# which costs ~0.02 at every=10):
 # - DECAY 0.5: a step's counts (2 iterations, ~1,200 updates) are noisy for the keys near
 #   the boundary (~1 update per iteration); 0.3 moved 2-3x more keys for no coverage, 0.7
 #   lagged the drift (every=10: 0.88 of the oracle instead of 0.91).
@@ -233,8 +227,8 @@ def online_loop_factory(
         controller = OnlineController(
             SwitchTarget(hot_keys, job),
             PSFrequencySource(freq, collected=True),
-            RateEstimator(DECAY, first_full=FIRST_FULL),
-            Hysteresis(budget, MARGIN, MAX_CHANGES, MIN_RATE, CONFIDENCE),
+            RateEstimator(),  # controller/online.py's defaults, tuned as said at the top
+            Hysteresis(budget),
             log,
         )
         return OnlineLoop(controller, freq, every, pdir / "hotset.json", lines).start()
