@@ -375,8 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="FILE",
-        help="a PS shard's frequency file, rewritten while it runs (hosts.ps --freq-every; "
-        ".npz or CSV); repeat per shard. Without it only hot keys are measured",
+        help="a PS shard's frequency file, current while it runs (hosts.ps --freq F.live, "
+        "or --freq-every with .npz or CSV); repeat per shard. Without it only hot keys are "
+        "measured",
     )
     au.add_argument(
         "--hits-weight",

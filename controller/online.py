@@ -15,7 +15,8 @@ Sources (all give counts of *updates*, i.e. worker push entries, since their pre
   `weight` = 0.5 hits (a WRITEBACK adds 0.5 per iteration: members look slightly better
   than they are). Counters restart when a key is re-installed; a smaller reading than the
   last is taken as a fresh counter. One Read RPC for the 8 tables (`read_hits`).
-- `PSFrequencySource`: the PS's frequency files (hosts/stats.py), which a PS started with
+- `PSFrequencySource`: the PS's frequency files (hosts/stats.py): a `.live` file, which
+  holds the PS's counters themselves while it runs, or one a PS started with
   `--freq-every N` rewrites (atomically) every N iterations. Their `cold` column counts the
   entries each key got at the PS (all of a cold key's updates, and a hot key's that the
   switch did not sum); their `iterations` header tells which iteration the counts reach.

@@ -115,7 +115,7 @@ def build_parser() -> OptionParser:
         type=positive,
         default=d.hotset_every,
         metavar="N",
-        help="dynamic: re-select every N iterations (the PS's --freq-every)",
+        help="dynamic: re-select every N iterations",
     )
     run.add_argument(
         "--warmup",

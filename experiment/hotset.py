@@ -3,10 +3,11 @@
 Dynamic mode: during the offload phase the runner runs the controller's online loop
 (controller/online.py, the library behind `hotagg-ctl hotkeys auto`) in a thread of its own
 process, on its P4Runtime session with the aggregating switch. The loop reads the PS shards'
-frequency files, which the PS rewrites every `every` iterations (`hosts.ps --freq-every`):
-their cold counts and the hot keys' collected counts (PSFrequencySource(collected=True)),
-and re-selects once per rewrite, so its pace follows the iterations, not the machine's
-speed; a step's one P4Runtime call is the Write that moves its keys. The budget is the
+frequency counters, which each PS keeps in a `.live` file that it maps into memory
+(hosts/stats.py LiveFrequency; the PS rewrites nothing): their cold counts and the hot
+keys' collected counts (PSFrequencySource(collected=True)), and re-selects each time every
+shard has counted `every` more iterations, so its pace follows the iterations, not the
+machine's speed; a step's one P4Runtime call is the Write that moves its keys. The budget is the
 job's slot count (the warm-up's set picks it and the initial keys, as in static mode), so
 both modes have the same slots and differ only in which keys hold them. It stops when the
 workers are done (before the phase's counters are read) or when the phase fails; the thread
@@ -59,10 +60,10 @@ from controller.online import (
     SwitchTarget,
 )
 from experiment.runner import ExperimentError, PhaseResult, RunConfig, freq_name, say
-from hosts.stats import frequency_meta, write_json
+from hosts.stats import frequency_meta, is_live, write_json
 
 MODES = ("static", "dynamic")
-DEFAULT_EVERY = 2  # iterations between re-selections (the PS's --freq-every)
+DEFAULT_EVERY = 2  # iterations between re-selections
 POLL_S = 0.02  # how often the loop looks at the PS's frequency files
 STOP_WAIT_S = 30.0  # a step in flight (a P4Runtime write) gets this long to end
 # The loop's thread runs at the lowest CPU priority: a controller runs on a CPU of its own,
@@ -154,8 +155,11 @@ class OnlineLoop:
         return None if None in done else min(d for d in done if d is not None)
 
     def _iterations(self, path: Path) -> int | None:
-        """freq_iterations(path), read again only when the PS renamed a new file into place
-        (a stat per poll instead of opening the file: the loop polls every POLL_S)."""
+        """freq_iterations(path); of a rewritten file, read again only when the PS renamed a
+        new one into place (a stat per poll instead of opening the file: the loop polls
+        every POLL_S). A .live file changes in place: its header is read each time."""
+        if is_live(path):
+            return freq_iterations(path)
         try:
             st = path.stat()
         except FileNotFoundError:

@@ -162,9 +162,10 @@ def say(msg: str) -> None:
 
 
 def freq_name(shard: int, dynamic: bool) -> str:
-    """A PS shard's frequency file in a phase: binary (.npz) where the online loop reads it
-    every few iterations (hosts/stats.py: the CSV's cost slowed the iterations)."""
-    return f"freq{shard}.npz" if dynamic else f"freq{shard}.csv"
+    """A PS shard's frequency file in a phase: where the online loop reads it while the PS
+    runs, the PS's counters themselves (.live, hosts/stats.py: rewriting a file every few
+    iterations cost the PS CPU that showed in the iteration time); else a CSV."""
+    return f"freq{shard}.live" if dynamic else f"freq{shard}.csv"
 
 
 class Experiment:
@@ -435,8 +436,8 @@ class Experiment:
 
         `drift`: the workload drifts as DRIFT says (the measured phases); `online(pdir)`:
         starts a loop (experiment/hotset.py) once the workers go, whose `stop()` is called
-        when they are done, and the PS shards rewrite their frequency files every
-        `hotset_every` iterations for it."""
+        when they are done, and the PS shards keep their frequency counters in files it
+        reads (freq_name)."""
         while True:
             try:
                 return self._run_phase_once(name, iterations, collect, stream_offset, drift, online)
@@ -561,8 +562,6 @@ class Experiment:
                         str(self.job_slots),
                         *hot_args,
                     ]
-                if online is not None:
-                    argv += ["--freq-every", str(cfg.hotset_every)]
                 proc = self._spawn(host.name, argv, pdir / f"ps{i}.err")
                 procs.append((f"ps{i}", proc))
                 # A PS ends with 0 once every worker has passed its last barrier.

@@ -72,6 +72,8 @@ from hosts.agent import (
 )
 from hosts.stats import (
     CsvLog,
+    LiveFrequency,
+    is_live,
     load_hot_keys,
     params_sha256,
     save_params,
@@ -156,6 +158,8 @@ class PSConfig:
         retries_bad = self.collect_retries is not None and self.collect_retries < 0
         if self.freq_every < 0 or (self.freq_every and not self.freq_path):
             raise AgentError("--freq-every needs --freq and must be >= 0")
+        if self.freq_every and is_live(self.freq_path or ""):
+            raise AgentError("--freq-every rewrites a file; a .live --freq is always current")
         if self.rto <= 0 or self.rto_max < self.rto or retries_bad:
             raise AgentError("0 < rto <= rto_max and collect_retries >= 0 are required")
 
@@ -205,8 +209,18 @@ class ParameterServer:
         self.cfg = config
         n = config.key_space
         self.params = np.zeros(n, dtype=np.int64)
-        self.cold_count = np.zeros(n, dtype=np.int64)
-        self.collected_count = np.zeros(n, dtype=np.int64)
+        self._live: LiveFrequency | None = None
+        if config.freq_path and is_live(config.freq_path):  # the counters are the file
+            shard = f"{config.shard}/{config.n_shards}"
+            meta = {"job": config.job_id, "shard": shard, "workers": config.n_workers}
+            try:
+                self._live = LiveFrequency(config.freq_path, n, meta)
+            except (OSError, ValueError) as e:
+                raise AgentError(f"--freq {config.freq_path}: {e}") from None
+            self.cold_count, self.collected_count = self._live.cold, self._live.collected
+        else:
+            self.cold_count = np.zeros(n, dtype=np.int64)
+            self.collected_count = np.zeros(n, dtype=np.int64)
         self._freq_writer: threading.Thread | None = None  # a --freq-every rewrite in flight
         self._freq_error: BaseException | None = None
         self.counters: Counter[str] = Counter()
@@ -545,6 +559,8 @@ class ParameterServer:
     def _apply(self) -> None:
         """Apply iteration cur's cold and collected sums, then write back or release."""
         it = self.it
+        if self._live is not None:
+            self._live.begin(it.number)
         for keys, values, counts in (
             (it.cold_keys, it.cold_values, self.cold_count),
             (it.collected_keys, it.collected_sums, self.collected_count),
@@ -553,6 +569,8 @@ class ParameterServer:
                 k = np.array(keys, dtype=np.intp)
                 np.subtract.at(self.params, k, np.array(values, dtype=np.int64))
                 np.add.at(counts, k, 1)
+        if self._live is not None:
+            self._live.done(it.number)
         self.counters["collected_entries"] += len(it.collected_keys)
         it.cold_keys, it.cold_values = [], []
         it.collected_keys, it.collected_sums, it.collected_offsets = [], [], []
@@ -636,6 +654,8 @@ class ParameterServer:
             "workers": cfg.n_workers,
             "iterations": self.cur - 1,
         }
+        if self._live is not None:
+            return  # current since the last iteration's counts were added (_apply)
         if self._freq_writer is not None:
             self._freq_writer.join()
             self._freq_writer = None
@@ -706,7 +726,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log", help="request log CSV")
     p.add_argument(
-        "--freq", help="key frequency statistics file (CSV; binary when it ends in .npz)"
+        "--freq",
+        help="key frequency statistics file (CSV; binary when it ends in .npz; a .live path "
+        "holds the counters themselves while running, for the controller's online loop)",
     )
     p.add_argument(
         "--freq-every",
@@ -715,7 +737,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="rewrite --freq every N iterations while running, for the controller's online "
         "loop (`hotagg-ctl hotkeys auto --freq`; default 0: only at exit). Give it a .npz "
-        "path: a CSV of tens of thousands of keys costs tens of ms to write and read",
+        "path: a CSV of tens of thousands of keys costs tens of ms to write and read. A "
+        ".live --freq needs no rewrites",
     )
     p.add_argument("--params", help="final parameters .npy")
     p.add_argument("--summary", help="summary JSON")

@@ -59,6 +59,7 @@ def run_job(
     group_hot=True,
     hot_keys=None,
     freq_every=0,
+    freq_suffix=".csv",
 ):
     """PS shard threads + worker threads, optionally through a Relay; returns
     (combined params, PS summaries, worker results, PS objects). With `hot_keys` ({key:
@@ -79,7 +80,7 @@ def run_job(
             linger=0.3,
             deadline=25,
             log_path=str(tmp_path / f"ps{s}.csv"),
-            freq_path=str(tmp_path / f"freq{s}.csv"),
+            freq_path=str(tmp_path / f"freq{s}{freq_suffix}"),
             freq_every=freq_every,
             params_path=str(tmp_path / f"p{s}.npy"),
             hot_keys=hot_keys,

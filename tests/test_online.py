@@ -312,6 +312,31 @@ def test_ps_rewrites_the_file_in_a_thread_in_order_and_reports_its_failure(
         ps._write_frequency()
 
 
+def test_a_ps_with_a_live_file_counts_into_it_and_rewrites_nothing(
+    tmp_path, request: pytest.FixtureRequest
+) -> None:
+    from hosts.agent import AgentError
+    from hosts.ps import ParameterServer, PSConfig
+    from hosts.stats import read_frequency
+
+    path = tmp_path / "freq.live"
+    with pytest.raises(AgentError, match="always current"):
+        PSConfig(1, 4, 100, freq_path=str(path), freq_every=2).validate()
+    ps = ParameterServer(PSConfig(1, 4, 100, freq_path=str(path)))
+    request.addfinalizer(ps.close)
+    assert read_frequency(path).meta["iterations"] == "0"
+    for t in (1, 2):
+        assert ps.cur == t
+        ps.it.cold_keys, ps.it.cold_values = [7, 7, 9], [1, 1, 1]
+        ps._apply()  # iteration t's counts: in the file as they are added
+        freq = read_frequency(path)
+        assert freq.meta["iterations"] == str(t) and freq.meta["workers"] == "4"
+        assert dict(zip(freq.keys.tolist(), freq.cold.tolist())) == {7: 2 * t, 9: t}
+    ps._write_frequency()  # at exit: already current, nothing written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["freq.live"]
+    assert read_frequency(path).meta == freq.meta
+
+
 # --- on a real switch ---
 
 
@@ -379,11 +404,15 @@ def test_switch_target_moves_keys_in_one_write_and_reads_hits_in_one_read(
             target.apply(Changes(add=[], remove=[6]))
 
 
-def test_the_loop_moves_keys_on_a_switch_while_a_job_trains(switch: Switch, tmp_path) -> None:
+@pytest.mark.parametrize(("suffix", "freq_every"), [(".csv", 1), (".live", 0)])
+def test_the_loop_moves_keys_on_a_switch_while_a_job_trains(
+    switch: Switch, tmp_path, suffix: str, freq_every: int
+) -> None:
     # The embedded switch's real P4Runtime server; its pipeline also carries the agents'
     # packets (through the test relay). The workload's head drifts; the loop, reading the
-    # hot-key counters over P4Runtime and the PS's frequency file, moves keys while the job
-    # runs, and the result stays exact.
+    # hot-key counters over P4Runtime and the PS's frequency file (rewritten every
+    # iteration, or its live counters), moves keys while the job runs, and the result stays
+    # exact.
     from tests.agent_fakes import PipelineSwitch, Relay
     from tests.test_agents import HOT_SLOTS, JOB, check_exact, run_job
 
@@ -396,7 +425,7 @@ def test_the_loop_moves_keys_on_a_switch_while_a_job_trains(switch: Switch, tmp_
     client = SwitchClient(switch.addr, 0, (0, 2), timeout=5).connect()
     hot = HotKeys(client, switch.p4info)
     source = CombinedSource(
-        [SwitchHitsSource(hot, JOB), PSFrequencySource([tmp_path / "freq0.csv"])]
+        [SwitchHitsSource(hot, JOB), PSFrequencySource([tmp_path / f"freq0{suffix}"])]
     )
     loop = OnlineController(
         SwitchTarget(hot, job), source, RateEstimator(0.3), Hysteresis(24, 0.1, 12, 0.5)
@@ -405,7 +434,14 @@ def test_the_loop_moves_keys_on_a_switch_while_a_job_trains(switch: Switch, tmp_
     th.start()
     try:
         params, summaries, _, _ = run_job(
-            wl, 3, 30, tmp_path, relay=relay, collect=True, freq_every=1
+            wl,
+            3,
+            30,
+            tmp_path,
+            relay=relay,
+            collect=True,
+            freq_every=freq_every,
+            freq_suffix=suffix,
         )
     finally:
         stop.set()

@@ -10,6 +10,7 @@ import pytest
 
 from contract.constants import VALUE_SCALE, to_fixed
 from hosts.stats import (
+    LiveFrequency,
     frequency_meta,
     params_sha256,
     read_frequency,
@@ -173,6 +174,70 @@ def test_the_binary_frequency_file_holds_what_the_csv_holds(tmp_path) -> None:
     for name in ("f.csv", "f.npz"):
         assert frequency_meta(tmp_path / name) == text.meta
         assert frequency_meta(tmp_path / ("missing" + name[1:])) is None
+
+
+def test_a_live_file_is_the_counters_and_reads_as_the_written_files_do(tmp_path) -> None:
+    rng = np.random.default_rng(5)
+    cold, collected = rng.integers(0, 4, 500), rng.integers(0, 3, 500)
+    meta = {"job": 2, "shard": "1/2", "workers": 4}
+    write_frequency(tmp_path / "f.npz", cold, collected, {**meta, "iterations": 30})
+    live = LiveFrequency(tmp_path / "f.live", 500, meta)
+    assert frequency_meta(tmp_path / "f.live") == {**meta_text(meta), "iterations": "0"}
+    assert read_frequency(tmp_path / "f.live").keys.size == 0
+    live.begin(30)
+    live.cold += cold
+    live.collected += collected
+    live.done(30)
+    got, want = read_frequency(tmp_path / "f.live"), read_frequency(tmp_path / "f.npz")
+    assert got.meta == want.meta
+    for column in ("keys", "updates", "cold", "collected"):
+        assert getattr(got, column).tolist() == getattr(want, column).tolist()
+    assert top_keys([tmp_path / "f.live"], 20) == top_keys([tmp_path / "f.npz"], 20)
+    assert frequency_meta(tmp_path / "f.live") == {**meta_text(meta), "iterations": "30"}
+    assert frequency_meta(tmp_path / "missing.live") is None
+
+
+def meta_text(meta: dict) -> dict[str, str]:
+    return {k: str(v) for k, v in meta.items()}
+
+
+def test_a_live_read_never_mixes_in_an_iteration_being_added(tmp_path, monkeypatch) -> None:
+    import hosts.stats
+
+    path = tmp_path / "f.live"
+    live = LiveFrequency(path, 10, {"workers": 1})
+    live.cold[3] = 5
+    live.done(1)
+    live.begin(2)
+    live.cold[3] = 6  # iteration 2 half added
+
+    def ps_finishes(seconds: float) -> None:  # while the reader waits
+        live.cold[4] = 1
+        live.done(2)
+
+    monkeypatch.setattr(hosts.stats.time, "sleep", ps_finishes)
+    freq = read_frequency(path)
+    assert freq.meta["iterations"] == "2" and freq.cold.tolist() == [6, 1]
+    waits: list[float] = []
+    monkeypatch.setattr(hosts.stats.time, "sleep", waits.append)
+    live.begin(3)  # and never done (a PS killed half way): the reader takes its last copy
+    freq = read_frequency(path)
+    assert freq.meta["iterations"] == "2" and len(waits) == hosts.stats.LIVE_READ_TRIES
+
+
+def test_a_file_that_is_not_live_is_refused(tmp_path) -> None:
+    (tmp_path / "zeros.live").write_bytes(bytes(5000))
+    (tmp_path / "short.live").write_bytes(b"hotaggL1")
+    for name in ("zeros.live", "short.live"):
+        with pytest.raises(ValueError, match="not a hotagg live frequency file"):
+            read_frequency(tmp_path / name)
+        with pytest.raises(ValueError, match="not a hotagg live frequency file"):
+            frequency_meta(tmp_path / name)
+    LiveFrequency(tmp_path / "cut.live", 1000, {})
+    with open(tmp_path / "cut.live", "r+b") as f:
+        f.truncate(8000)
+    with pytest.raises(ValueError, match="cut short"):
+        read_frequency(tmp_path / "cut.live")
 
 
 # --- drift ---
