@@ -75,7 +75,9 @@ STOP_WAIT_S = 30.0  # a step in flight (a P4Runtime write) gets this long to end
 # runner's session and is on every packet's path. Measured without drift (embedded,
 # 5 Mbit/s, seeds 4-9, then 11-15): one batch went from 1.177 to 1.213 in offload's
 # speedup over server-only (static 1.234), the next stayed at 32.5 ms p50 either way
-# (static 31.8).
+# (static 31.8). SCHED_IDLE, which yields to any thread that wakes, measured no better
+# (31.81 against 31.89 ms, seeds 4-9) and risks a stall: a thread preempted while it holds
+# the interpreter lock blocks its process's other threads until it runs again.
 LOOP_NICE = 19
 # The loop's policy (controller/online.py's defaults, which `hotagg-ctl hotkeys auto` shares),
 # tuned with bench/hotset_sim.py on the run's
@@ -114,7 +116,9 @@ LOOP_NICE = 19
 # greedy, no test at all, 0.89), decay 0.3-0.9, a step every iteration (0.91 at 1,300
 # moves without drift), resetting a rate on a 2.5-3 sigma jump, exact member counts instead
 # of presence (+0.014), a longest-consistent-window estimator (worse: slow to see a member
-# leave).
+# leave), and relaxing the noise test (z 0) for 3-5 steps after a step that let 2-4 keys in
+# under it, a drift detector (best 0.894 at 2%, but 97 keys moved per 100 iterations
+# without drift instead of 41, and each move costs the PS round trips).
 # The source is the PS's files alone (cold counts, and the hot keys' `collected` presence,
 # PSFrequencySource(collected=True)): every update is counted once, and a step needs no
 # switch read (the 8 tables' hit counters were ~70% of a step's time on the embedded
