@@ -226,7 +226,10 @@ def _live_fields(path: str | Path, data: np.ndarray) -> tuple[np.ndarray, dict[s
 
 def _read_live(path: str | Path, counters: bool) -> tuple[dict[str, str], np.ndarray | None]:
     """The meta of a .live file, with `iterations` = its `done`, and with `counters` a
-    copy of its (2, keys) counters consistent with it (module doc)."""
+    copy of its (2, keys) counters consistent with it (module doc). The PS's stores are
+    plain numpy stores: x86 keeps them in order for the reader, a weakly ordered CPU
+    (aarch64) may not, and a copy may then mix in a few counts of the next iteration. That
+    is noise in a rate estimate, never a wrong value: the counts only choose keys."""
     if not counters:  # a poll: the header only
         with open(path, "rb") as f:
             fields, meta = _live_fields(path, np.frombuffer(f.read(LIVE_HEADER), np.uint8))
