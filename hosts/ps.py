@@ -211,10 +211,8 @@ class ParameterServer:
         self.params = np.zeros(n, dtype=np.int64)
         self._live: LiveFrequency | None = None
         if config.freq_path and is_live(config.freq_path):  # the counters are the file
-            shard = f"{config.shard}/{config.n_shards}"
-            meta = {"job": config.job_id, "shard": shard, "workers": config.n_workers}
             try:
-                self._live = LiveFrequency(config.freq_path, n, meta)
+                self._live = LiveFrequency(config.freq_path, n, self._freq_meta())
             except (OSError, ValueError) as e:
                 raise AgentError(f"--freq {config.freq_path}: {e}") from None
             self.cold_count, self.collected_count = self._live.cold, self._live.collected
@@ -639,6 +637,11 @@ class ParameterServer:
             "params_sha256": params_sha256(self.params),
         }
 
+    def _freq_meta(self) -> dict[str, int | str]:
+        """The frequency file's fields that do not change while the PS runs."""
+        cfg = self.cfg
+        return {"job": cfg.job_id, "shard": f"{cfg.shard}/{cfg.n_shards}", "workers": cfg.n_workers}
+
     def _write_frequency(self, background: bool = False) -> None:
         """The frequency file of iterations < cur (read while running by the controller's
         online loop, controller/online.py: hence written whole, then renamed).
@@ -647,15 +650,10 @@ class ParameterServer:
         is written by a thread, so the next iteration's pulls do not wait for it (tens of
         milliseconds with tens of thousands of keys); a rewrite still in flight is waited
         for first, so files are renamed into place in iteration order, the last one too."""
-        cfg = self.cfg
-        meta = {
-            "job": cfg.job_id,
-            "shard": f"{cfg.shard}/{cfg.n_shards}",
-            "workers": cfg.n_workers,
-            "iterations": self.cur - 1,
-        }
         if self._live is not None:
             return  # current since the last iteration's counts were added (_apply)
+        cfg = self.cfg
+        meta = {**self._freq_meta(), "iterations": self.cur - 1}
         if self._freq_writer is not None:
             self._freq_writer.join()
             self._freq_writer = None

@@ -107,13 +107,7 @@ def write_frequency(
     `.npz`: binary)."""
     updates = cold + collected
     keys = np.flatnonzero(updates)
-    fields = {
-        **meta,
-        "keys": len(keys),
-        "updates": int(updates.sum()),
-        "cold": int(cold.sum()),
-        "collected": int(collected.sum()),
-    }
+    fields = {**meta, **_totals(keys, updates, cold, collected)}
     # written whole, then renamed: a reader (the controller's online loop) never sees half
     tmp = Path(f"{path}.tmp")
     with open(tmp, "wb") as f:
@@ -126,6 +120,18 @@ def write_frequency(
             f.write(f"{FREQ_MAGIC} {head}\n{','.join(FREQ_COLUMNS)}\n".encode())
             f.write(csv_rows(np.stack([keys, updates[keys], cold[keys], collected[keys]], 1)))
     tmp.replace(path)
+
+
+def _totals(
+    keys: np.ndarray, updates: np.ndarray, cold: np.ndarray, collected: np.ndarray
+) -> dict[str, int]:
+    """The first line's totals over a file's rows (columns indexed by key or by row)."""
+    return {
+        "keys": len(keys),
+        "updates": int(updates.sum()),
+        "cold": int(cold.sum()),
+        "collected": int(collected.sum()),
+    }
 
 
 def _binary(path: str | Path) -> bool:
@@ -224,16 +230,19 @@ def _live_fields(path: str | Path, data: np.ndarray) -> tuple[np.ndarray, dict[s
     return fields, meta
 
 
-def _read_live(path: str | Path, counters: bool) -> tuple[dict[str, str], np.ndarray | None]:
-    """The meta of a .live file, with `iterations` = its `done`, and with `counters` a
-    copy of its (2, keys) counters consistent with it (module doc). The PS's stores are
-    plain numpy stores: x86 keeps them in order for the reader, a weakly ordered CPU
-    (aarch64) may not, and a copy may then mix in a few counts of the next iteration. That
-    is noise in a rate estimate, never a wrong value: the counts only choose keys."""
-    if not counters:  # a poll: the header only
-        with open(path, "rb") as f:
-            fields, meta = _live_fields(path, np.frombuffer(f.read(LIVE_HEADER), np.uint8))
-        return {**meta, "iterations": str(int(fields[_DONE]))}, None
+def _live_meta(path: str | Path) -> dict[str, str]:
+    """A .live file's meta, with `iterations` = its `done`: the header only (a poll)."""
+    with open(path, "rb") as f:
+        fields, meta = _live_fields(path, np.frombuffer(f.read(LIVE_HEADER), np.uint8))
+    return {**meta, "iterations": str(int(fields[_DONE]))}
+
+
+def _live_counters(path: str | Path) -> tuple[dict[str, str], np.ndarray]:
+    """A .live file's meta, with `iterations` = its `done`, and a copy of its (2, keys)
+    counters consistent with it (module doc). The PS's stores are plain numpy stores: x86
+    keeps them in order for the reader, a weakly ordered CPU (aarch64) may not, and a copy
+    may then mix in a few counts of the next iteration. That is noise in a rate estimate,
+    never a wrong value: the counts only choose keys."""
     data = np.memmap(path, dtype=np.uint8, mode="r")
     fields, meta = _live_fields(path, data)
     n = int(fields[_KEYS])
@@ -257,7 +266,7 @@ def frequency_meta(path: str | Path) -> dict[str, str] | None:
     loop that polls until a PS has reached an iteration."""
     try:
         if is_live(path):
-            return _read_live(path, counters=False)[0]
+            return _live_meta(path)
         if _binary(path):
             with np.load(path) as z:
                 return json.loads(str(z["meta"]))
@@ -270,14 +279,12 @@ def frequency_meta(path: str | Path) -> dict[str, str] | None:
 
 def read_frequency(path: str | Path) -> Frequency:
     if is_live(path):
-        meta, counts = _read_live(path, counters=True)
-        assert counts is not None
+        meta, counts = _live_counters(path)
         keys = np.flatnonzero(counts[0] + counts[1])
         cold, collected = counts[0][keys], counts[1][keys]
         updates = cold + collected
-        totals = {"keys": len(keys), "updates": updates.sum(), "cold": cold.sum()}
-        totals["collected"] = collected.sum()
-        meta.update((k, str(int(v))) for k, v in totals.items())  # as written files say
+        totals = _totals(keys, updates, cold, collected)
+        meta.update((k, str(v)) for k, v in totals.items())  # as written files say
         return Frequency(meta, keys, updates, cold, collected)
     if _binary(path):
         with np.load(path) as z:
