@@ -66,17 +66,17 @@ MODES = ("static", "dynamic")
 DEFAULT_EVERY = 2  # iterations between re-selections
 POLL_S = 0.02  # how often the loop looks at the PS's frequency files
 STOP_WAIT_S = 30.0  # a step in flight (a P4Runtime write) gets this long to end
-# The loop's thread runs at the lowest CPU priority: a controller runs on a CPU of its own,
-# not on the cores of the switch it steers. A step takes ~9 ms of CPU every 2 iterations of
-# ~33 ms. Mininet starts each host in a session of its own, and with autogroup scheduling
-# (on by default on most distributions: /proc/sys/kernel/sched_autogroup_enabled) a thread's
-# nice value only counts within its session: it does not yield to the agents, but to the
-# switch process the runner started (the embedded switch, or BMv2), which shares the
-# runner's session and is on every packet's path. Measured without drift (embedded,
-# 5 Mbit/s, seeds 4-9, then 11-15): one batch went from 1.177 to 1.213 in offload's
-# speedup over server-only (static 1.234), the next stayed at 32.5 ms p50 either way
-# (static 31.8). SCHED_IDLE, which yields to any thread that wakes, measured no better
-# (31.81 against 31.89 ms, seeds 4-9) and risks a stall: a thread preempted while it holds
+# The loop's thread runs at the lowest CPU priority: a controller runs on a CPU of its own, not on
+# the cores of the switch it steers. A step took ~9 ms of CPU every 2 iterations of ~33 ms when it
+# read .npz files (read alone, unloaded: ~1 ms an .npz, ~0.7 ms a .live file; the whole step was not
+# measured again). Mininet starts each host in a session of its own, and with autogroup scheduling
+# (on by default on most distributions: /proc/sys/kernel/sched_autogroup_enabled) a thread's nice
+# value only counts within its session: it does not yield to the agents, but to the switch process
+# the runner started (the embedded switch, or BMv2), which shares the runner's session and is on
+# every packet's path. Measured without drift (embedded, 5 Mbit/s, seeds 4-9, then 11-15): one batch
+# went from 1.177 to 1.213 in offload's speedup over server-only (static 1.234), the next stayed at
+# 32.5 ms p50 either way (static 31.8). SCHED_IDLE, which yields to any thread that wakes, measured
+# no better (31.81 against 31.89 ms, seeds 4-9) and risks a stall: a thread preempted while it holds
 # the interpreter lock blocks its process's other threads until it runs again.
 LOOP_NICE = 19
 # The loop's policy (controller/online.py's defaults, which `hotagg-ctl hotkeys auto` shares),
