@@ -324,9 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
         "auto",
         help="follow the skew: re-select the hot set every interval (controller/online.py)",
         description="Every --interval seconds: read the hot keys' hit counters (and the PS's "
-        "frequency files, --freq), estimate each key's update rate with decay, and change "
-        "at most --max-changes keys, a candidate replacing the weakest member only if its "
-        "rate is higher by the --hysteresis margin and by --confidence standard errors. "
+        "frequency files, --freq, and/or the switch's cold-key sketch, --sketch), estimate "
+        "each key's update rate with decay, and change at most --max-changes keys, a "
+        "candidate replacing the weakest member only if its rate is higher by the "
+        "--hysteresis margin and by --confidence standard errors. "
         "Prints one line per step. The defaults are make run HOTSET=dynamic's.",
     )
     au.add_argument("--job-id", type=job_id, required=True, metavar="ID")
@@ -378,6 +379,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a PS shard's frequency file, current while it runs (hosts.ps --freq F.live, "
         "or --freq-every with .npz or CSV); repeat per shard. Without it only hot keys are "
         "measured",
+    )
+    au.add_argument(
+        "--sketch",
+        type=positive,
+        metavar="T",
+        help="also read the switch's cold-key sketch (docs/design.md section 6): a cold key "
+        "is reported once it has T updates in a step, and counted from the sketch from then "
+        "on. With it, no --freq is needed to find new keys: the switch measures them",
     )
     au.add_argument(
         "--hits-weight",

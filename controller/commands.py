@@ -331,6 +331,10 @@ def hotkeys_auto(s: Session) -> Output:
     sources: list[RateSource] = [SwitchHitsSource(hot, job.job_id, a.hits_weight)]
     if a.freq:
         sources.append(PSFrequencySource(a.freq))
+    if a.sketch:
+        from controller.sketch import Sketch, SketchSource
+
+        sources.append(SketchSource(Sketch(s.client, p4), job.job_id, a.sketch))
     log_file = open(a.log, "a") if a.log else None  # noqa: SIM115 (closed below)
 
     def log(line: str) -> None:

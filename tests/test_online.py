@@ -5,6 +5,7 @@ PS and workers on a drifting workload, and the loop moving keys while they train
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -365,6 +366,44 @@ def test_cli_auto_moves_keys_from_a_frequency_file(capsys, switch: Switch, tmp_p
         args = [*argv, bad, needle if bad != "--budget" else "17"]
         assert main(args) == 5
         assert "hotagg-ctl: error:" in capsys.readouterr().err
+
+
+def test_cli_auto_finds_a_cold_key_with_the_switch_sketch(capsys, switch: Switch) -> None:
+    # No PS file: the only way the loop learns of cold key 7 is the switch's sketch (a
+    # digest when it reaches --sketch in an epoch, then its cells' counters), over the
+    # embedded switch's P4Runtime server while pushes go through its pipeline.
+    from controller.tenancy import Tenancy, admission
+    from tests.test_controller import push_frame
+
+    with switch.client() as c:
+        Jobs(c, switch.p4info).add(3, 4)
+        HotKeys(c, switch.p4info).install(Jobs(c, switch.p4info).get(3), [100, 101])
+        Tenancy(c, switch.p4info).admit([admission(3, 0, 1, "10.0.0.1")])
+    stop = threading.Event()
+
+    def traffic() -> None:  # key 7 (cold) twice a packet; 8 every 20th: below the threshold
+        seq = 0
+        while not stop.is_set():
+            seq += 1
+            switch.pipeline.process(1, push_frame(3, [7, 100, 7] + [8] * (seq % 20 == 0), seq))
+            time.sleep(0.005)
+
+    th = threading.Thread(target=traffic, daemon=True)
+    argv = ["--grpc-addr", switch.addr, "--p4info", str(P4INFO_PATH), "hotkeys", "auto"]
+    argv += ["--job-id", "3", "--budget", "3", "--interval", "0.3", "--steps", "3"]
+    argv += ["--sketch", "20"]
+    th.start()
+    try:
+        assert main(argv) == 0
+    finally:
+        stop.set()
+        th.join(5)
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "job 3: 3 steps, +1 -0 keys", out
+    assert {e.match[1] for e in switch.hot(0).entries()} == {7, 100, 101}
+    assert {e.match[1] for e in switch.hot(7).entries()} == {7, 100, 101}
+    assert main([*argv[:-1], "0"]) == 5  # --sketch 0 is refused (off is: no --sketch)
+    assert "hotagg-ctl: error:" in capsys.readouterr().err
 
 
 def test_switch_target_moves_keys_in_one_write_and_reads_hits_in_one_read(

@@ -11,7 +11,8 @@ import pytest
 from contract.constants import SKETCH_HASH_MAX, SKETCH_INDEX_MASK, Op
 from contract.names import SKETCH_CELL_REGISTERS, SKETCH_ROW_COUNTERS, TABLE_SKETCH_CONFIG
 from contract.sketch import JOB_KEY, indexes
-from controller.sketch import Candidate, Sketch
+from controller.errors import BadInput
+from controller.sketch import Candidate, Sketch, SketchSource
 from softswitch.pipeline import Pipeline
 from tests.packet_harness import frame
 from tests.test_pipeline import p  # noqa: F401  (the fixture: routes, jobs 1 and 2, hot keys)
@@ -202,3 +203,57 @@ def test_colliding_keys_over_p4runtime(sut):
     assert candidates(sketch, 1) == [Candidate(JOB, other, 7, 3)]
     counts = sketch.read_sketch().since(before)
     assert counts.estimate(JOB, COLD) == counts.estimate(JOB, other) == 5
+
+
+class FakeSketch:
+    """Sketch's controller side without a switch: reports and cumulative cell counts the
+    test sets, and what SketchSource asked of it."""
+
+    def __init__(self) -> None:
+        self.reports: list[Candidate] = []
+        self.cells: dict[tuple[int, int], int] = {}
+        self.epochs: list[int] = []
+        self.asked: list[set[tuple[int, int]]] = []
+
+    def configure(self, epoch: int, threshold: int) -> None:
+        self.epochs.append(epoch)
+
+    def start_epoch(self, epoch: int, threshold: int) -> None:
+        self.epochs.append(epoch)
+
+    def candidates(self) -> list[Candidate]:
+        out, self.reports = self.reports, []
+        return out
+
+    def read_cells(self, cells) -> dict[tuple[int, int], int]:
+        asked = set(cells)
+        self.asked.append(asked)
+        return {c: self.cells.get(c, 0) for c in asked}
+
+    def add(self, job: int, key: int, n: int) -> None:
+        for row, index in enumerate(indexes(job, key)):
+            self.cells[(row, index)] = self.cells.get((row, index), 0) + n
+
+
+def test_sketch_source_follows_reported_keys_by_their_cells_only():
+    fake = FakeSketch()
+    src = SketchSource(fake, JOB, threshold=3)  # type: ignore[arg-type]
+    a, b = COLD, colliding_key(JOB, COLD)
+    fake.add(JOB, a, 4)
+    fake.add(JOB, 900, 2)  # below the threshold: never reported, never read
+    fake.reports = [Candidate(JOB, a, 1, 3), Candidate(JOB + 1, 77, 1, 9)]  # 77: other job
+    # a newly reported key counts its report (no earlier read of its cells)
+    assert src.read().counts == {a: 3.0}
+    assert fake.asked[-1] == set(enumerate(indexes(JOB, a))) and src.known == {a}
+    fake.add(JOB, a, 5)
+    fake.add(JOB, b, 2)  # shares both cells with a: the count-min over-counts a by it
+    assert src.read().counts == {a: 7.0}
+    fake.add(JOB, b, 1)  # a had no cold update: only b's, in its cells
+    fake.reports = [Candidate(JOB, b, 3, 3)]
+    assert src.read().counts == {a: 1.0, b: 3.0}
+    assert src.read().counts == {}  # nothing new in a step: neither is followed any more
+    assert src.known == set() and fake.asked[-1] == set(enumerate(indexes(JOB, a)))
+    assert src.read().counts == {} and fake.asked[-1] == set()
+    assert fake.epochs == [1, 2, 3, 4, 5, 6]  # a new epoch per read: keys reported again
+    with pytest.raises(BadInput, match="threshold"):
+        SketchSource(fake, JOB, threshold=0)  # type: ignore[arg-type]
