@@ -23,6 +23,7 @@ WORKLOAD ?= zipf
 # The offload phase's hot set: static (the warm-up's) or dynamic (the online loop's), and the
 # measured phases' drift, e.g. DRIFT=every=5,fraction=0.3 (empty: none).
 HOTSET ?= static
+HOTSET_SOURCE ?= ps
 DRIFT ?=
 BW ?=
 PS ?=
@@ -92,7 +93,7 @@ run: $(STAMP)
 	@$(PY) -m experiment run --target '$(TARGET)' --topo '$(TOPO)' --workers '$(WORKERS)' \
 	    --iterations '$(ITERATIONS)' --skew '$(SKEW)' --keys '$(KEYS)' \
 	    --hot-slots '$(HOT_SLOTS)' --loss '$(LOSS)' --seed '$(SEED)' --workload '$(WORKLOAD)' \
-	    --hotset '$(HOTSET)' $(if $(DRIFT),--drift '$(DRIFT)') \
+	    --hotset '$(HOTSET)' --hotset-source '$(HOTSET_SOURCE)' $(if $(DRIFT),--drift '$(DRIFT)') \
 	    $(if $(BW),--bw '$(BW)') $(if $(PS),--ps '$(PS)') \
 	    $(if $(TRACE),--workload trace --trace '$(TRACE)') \
 	    $(if $(GRPC_PORT),--grpc-base-port '$(GRPC_PORT)') $(if $(PREFIX),--intf-prefix '$(PREFIX)') \

@@ -118,6 +118,14 @@ def build_parser() -> OptionParser:
         help="dynamic: re-select every N iterations",
     )
     run.add_argument(
+        "--hotset-source",
+        choices=("ps", "switch"),
+        default=d.hotset_source,
+        help="dynamic: what the online loop measures the keys' rates from: the PS's counters "
+        "(ps), or the switch alone (switch: the hot-key tables' hit counters and the "
+        "cold-key sketch's reports, as NetCache)",
+    )
+    run.add_argument(
         "--warmup",
         type=positive,
         default=d.warmup,
@@ -227,7 +235,9 @@ def run(cfg: RunConfig) -> int:
         budget = exp.job_slots  # the same slots in both modes: only which keys differ
         online = None
         if cfg.hotset == "dynamic":
-            online = hotset.online_loop_factory(exp, agg[0], budget, cfg.hotset_every)
+            online = hotset.online_loop_factory(
+                exp, agg[0], budget, cfg.hotset_every, cfg.hotset_source
+            )
         phases["offload"] = exp.run_phase(
             "offload",
             cfg.iterations,
@@ -417,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         extra_workload_args=extra,
         hotset=args.hotset,
         hotset_every=args.hotset_every,
+        hotset_source=args.hotset_source,
         drift=args.drift,
     )
     from controller.errors import ControllerError

@@ -41,6 +41,7 @@ iteration t of the offload phase:
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import threading
@@ -52,17 +53,24 @@ from typing import IO, Any
 import numpy as np
 
 from controller.online import (
+    MARGIN,
+    MIN_RATE,
+    CombinedSource,
     Hysteresis,
+    Observation,
     OnlineController,
     PSFrequencySource,
     RateEstimator,
+    RateSource,
     StepReport,
+    SwitchHitsSource,
     SwitchTarget,
 )
 from experiment.runner import ExperimentError, PhaseResult, RunConfig, freq_name, say
 from hosts.stats import frequency_meta, is_live, write_json
 
 MODES = ("static", "dynamic")
+SOURCES = ("ps", "switch")  # what the loop reads (RunConfig.hotset_source)
 DEFAULT_EVERY = 2  # iterations between re-selections
 POLL_S = 0.02  # how often the loop looks at the PS's frequency files
 STOP_WAIT_S = 30.0  # a step in flight (a P4Runtime write) gets this long to end
@@ -209,16 +217,49 @@ class OnlineLoop:
         return list(self.controller.history)
 
 
+class IterationSpan:
+    """A source whose counts carry the iterations they span. The switch's counters do not
+    know iterations; the PS's files, which pace the loop, do: each read is stamped with the
+    iterations the slowest shard counted since the previous one, so rates are per iteration
+    (as MIN_RATE means) whatever the source."""
+
+    def __init__(self, source: RateSource, freq_paths: Sequence[Path]) -> None:
+        self.source, self.freq_paths = source, list(freq_paths)
+        self._last = 0
+
+    def read(self) -> Observation:
+        obs = self.source.read()
+        done = [freq_iterations(p) for p in self.freq_paths]
+        if None not in done:
+            now = min(d for d in done if d is not None)
+            obs.iteration, obs.iterations = now, max(now - self._last, 1)
+            self._last = now
+        return obs
+
+
+def sketch_threshold(every: int) -> int:
+    """Updates in a step (`every` iterations) that get a cold key reported: what a key needs
+    to replace a member at the minimum rate (MIN_RATE, and the MARGIN over it). With half
+    of it (2 of a step's ~2,000 draws) the loop followed ~1,600 keys after two steps, and
+    reading their cells took 0.7 s a step on the embedded switch."""
+    return max(1, math.ceil((1.0 + MARGIN) * MIN_RATE * every))
+
+
 def online_loop_factory(
-    exp: Any, switch: str, budget: int, every: int
+    exp: Any, switch: str, budget: int, every: int, source: str = "ps"
 ) -> Callable[[Path], OnlineLoop]:
     """What run_phase calls once the workers go: the loop on `switch`'s session, with its
     files in the phase's directory. The job is read from the switch now, before the phase,
-    so starting the loop costs the workers nothing."""
+    so starting the loop costs the workers nothing. `source` "switch" measures with the
+    switch alone (hit counters, and the cold-key sketch, which it turns on when the phase
+    starts); the PS's files then only pace the loop."""
     from controller.hot_keys import HotKeys
     from controller.jobs import Jobs
+    from controller.sketch import Sketch, SketchSource
     from experiment.runner import JOB_ID
 
+    if source not in SOURCES:
+        raise ExperimentError(f"hot set source {source!r}: one of {', '.join(SOURCES)}")
     client = exp.clients[switch]
     hot_keys = HotKeys(client, exp.p4info)
     job = Jobs(client, exp.p4info).get(JOB_ID)
@@ -232,9 +273,14 @@ def online_loop_factory(
             lines.write(line + "\n")
             lines.flush()
 
+        rates: RateSource = PSFrequencySource(freq, collected=True)
+        if source == "switch":
+            sketch = SketchSource(Sketch(client, exp.p4info), JOB_ID, sketch_threshold(every))
+            hits = SwitchHitsSource(hot_keys, JOB_ID)
+            rates = IterationSpan(CombinedSource([hits, sketch]), freq)
         controller = OnlineController(
             SwitchTarget(hot_keys, job),
-            PSFrequencySource(freq, collected=True),
+            rates,
             RateEstimator(),  # controller/online.py's defaults, tuned as said at the top
             Hysteresis(budget),
             log,
@@ -341,6 +387,7 @@ def summarize(
         "drift": cfg.drift,
         "budget": budget,
         "every": cfg.hotset_every if cfg.hotset == "dynamic" else None,
+        "source": cfg.hotset_source if cfg.hotset == "dynamic" else None,
         "coverage": coverage,
         "oracle_coverage": oracle_coverage,
         "updates": updates,  # per iteration, from the workload
@@ -360,6 +407,8 @@ def summarize(
 def table_line(hotset: dict) -> str:
     """The comparison table's one coverage line."""
     drift = f", drift {hotset['drift']}" if hotset.get("drift") else ""
+    if hotset.get("source") == "switch":
+        drift += ", measured by the switch"
     ratio = hotset.get("coverage_ratio")
     text = (
         f"  hot set ({hotset['mode']}{drift}): coverage {100 * hotset['coverage_mean']:.1f}% "

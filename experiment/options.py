@@ -38,6 +38,7 @@ MAKE_NAMES = {
     "grpc_base_port": "GRPC_PORT",
     "intf_prefix": "PREFIX",
     "hotset": "HOTSET",
+    "hotset_source": "HOTSET_SOURCE",
     "drift": "DRIFT",
 }
 SEED_MAX = 2**32 - 1

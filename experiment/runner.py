@@ -120,6 +120,9 @@ class RunConfig:
     # (the online loop re-selects every `hotset_every` iterations, experiment/hotset.py).
     hotset: str = "static"
     hotset_every: int = 2
+    # What the online loop reads: "ps" (the PS shards' .live counters) or "switch" (the
+    # hot-key tables' hit counters and the cold-key sketch's reports: nothing from the PS).
+    hotset_source: str = "ps"
     drift: str | None = None  # the measured phases' --drift (hosts/workloads.py), or None
 
     def as_dict(self) -> dict[str, Any]:

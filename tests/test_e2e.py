@@ -269,6 +269,26 @@ def test_dynamic_hot_set_follows_a_drift_and_stays_exact(tmp_path, target):
         assert workload["drift"] == "every=5,fraction=0.3,head=256", phase
 
 
+@pytest.mark.parametrize("target", ["embedded", "bmv2"])
+def test_dynamic_hot_set_measured_by_the_switch_alone_stays_exact(tmp_path, target):
+    """HOTSET_SOURCE=switch: the loop reads the hot-key hit counters and the cold-key
+    sketch, not the PS's counters, so every key it adds was found by the sketch."""
+    if target == "bmv2" and (why := bmv2_missing()):
+        pytest.skip(f"BMv2 target: {why}")
+    proc, summary = run_experiment(
+        tmp_path, "--seed", "7", "--target", target, "--hotset", "dynamic",
+        "--hotset-source", "switch", "--iterations", "60", "--drift", "every=5,fraction=0.3",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert summary["exact"] is True
+    hs = check_coverage(summary, "dynamic", "every=5,fraction=0.3,head=256")
+    assert hs["source"] == "switch" and hs["reselections"] >= 1
+    assert "head=256, measured by the switch): coverage" in proc.stdout
+    assert sum(m["added"] for m in hs["moves"]) > 0
+    log = (tmp_path / "runs" / "latest" / "offload" / "hotset.log").read_text()
+    assert "(oracle" not in log  # the switch's counts cover reported keys only
+
+
 def test_dynamic_hot_set_without_drift_stays_exact(tmp_path):
     proc, summary = run_experiment(
         tmp_path, "--seed", "8", "--hotset", "dynamic", "--iterations", "16"

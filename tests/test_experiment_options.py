@@ -31,6 +31,8 @@ def test_finite_skew_and_ps_list_parse() -> None:
 def test_hotset_and_drift_parse_and_default_to_static_without_drift() -> None:
     args = build_parser().parse_args(["run"])
     assert args.hotset == "static" and args.drift is None and args.hotset_every == 2
+    assert args.hotset_source == "ps"
+    assert build_parser().parse_args(["run", "--hotset-source", "switch"]).hotset_source == "switch"
     args = build_parser().parse_args(
         ["run", "--hotset", "dynamic", "--drift", "every=5,fraction=0.3", "--hotset-every", "3"]
     )
@@ -188,6 +190,7 @@ def _make(*args: str) -> subprocess.CompletedProcess:
         (["GRPC_PORT=x"], "GRPC_PORT (--grpc-base-port): 'x'"),
         (["PREFIX=UPPER"], "PREFIX=UPPER"),
         (["HOTSET=sometimes"], "HOTSET (--hotset): invalid choice: 'sometimes'"),
+        (["HOTSET_SOURCE=pss"], "HOTSET_SOURCE (--hotset-source): invalid choice: 'pss'"),
         (["DRIFT=every=x,fraction=0.3"], "DRIFT (--drift): drift 'every=x,fraction=0.3'"),
         (["KEYS=100", "DRIFT=every=5,fraction=0.3"], "DRIFT=every=5,fraction=0.3,head=256: "),
     ],
