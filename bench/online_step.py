@@ -54,17 +54,21 @@ class Counting:
 
     def __init__(self, client) -> None:
         self.reads = self.writes = 0
-        read, write = client.read, client._write
+        read, read_raw, write = client.read, client.read_raw, client._write
 
         def counted_read(entities):
             self.reads += 1
             return read(entities)
 
+        def counted_read_raw(entities):
+            self.reads += 1
+            return read_raw(entities)
+
         def counted_write(req, timeout=None):
             self.writes += 1
             return write(req, timeout=timeout)
 
-        client.read, client._write = counted_read, counted_write
+        client.read, client.read_raw, client._write = counted_read, counted_read_raw, counted_write
 
 
 def main(argv: list[str] | None = None) -> int:

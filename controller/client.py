@@ -81,6 +81,7 @@ class SwitchClient:
         self._channel: grpc.Channel | None = None
         self._stub: p4runtime_pb2_grpc.P4RuntimeStub | None = None
         self._write = None
+        self._read_raw = None
         self._out: queue.Queue = queue.Queue()
         self._arbitration: queue.Queue = queue.Queue()
         self._packets: queue.Queue = queue.Queue()
@@ -112,6 +113,12 @@ class SwitchClient:
             "/p4.v1.P4Runtime/Write",
             request_serializer=None,
             response_deserializer=p4runtime_pb2.WriteResponse.FromString,
+        )
+        # Read whose replies stay bytes, for controller.wire's decoders (read_raw).
+        self._read_raw = self._channel.unary_stream(
+            "/p4.v1.P4Runtime/Read",
+            request_serializer=p4runtime_pb2.ReadRequest.SerializeToString,
+            response_deserializer=None,
         )
         try:
             # A first unary RPC: fails at once with UNAVAILABLE when nothing listens.
@@ -245,6 +252,7 @@ class SwitchClient:
         self._stream = None
         self._stub = None
         self._write = None
+        self._read_raw = None
 
     def __enter__(self) -> SwitchClient:
         return self if self._channel is not None else self.connect()
@@ -366,6 +374,19 @@ class SwitchClient:
         try:
             for reply in self._stub.Read(req, timeout=max(self.timeout, READ_TIMEOUT)):
                 yield from reply.entities
+        except grpc.RpcError as e:
+            raise translate_rpc_error(e, self.addr, "Read") from None
+
+    def read_raw(self, entities: Iterable[p4runtime_pb2.Entity]) -> Iterator[bytes]:
+        """read(), each ReadResponse left serialized (controller.wire decodes the few that
+        bulk reads need, ~20x faster than the pure-Python protobuf here)."""
+        if self._read_raw is None:
+            raise SwitchUnreachable(f"client for {self.addr} is not connected")
+        self._await_session()
+        req = p4runtime_pb2.ReadRequest(device_id=self.device_id)
+        req.entities.extend(entities)
+        try:
+            yield from self._read_raw(req, timeout=max(self.timeout, READ_TIMEOUT))
         except grpc.RpcError as e:
             raise translate_rpc_error(e, self.addr, "Read") from None
 

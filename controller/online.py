@@ -89,12 +89,21 @@ def read_hits(hot_keys: HotKeys, job_id: int) -> dict[int, int]:
         p4runtime_pb2.Entity(table_entry=p4info.wildcard(hot_keys_table(i), counters=True))
         for i in range(MAX_ENTRIES)
     ]
+    # the match field ids of each table (the 8 instances may number them alike or not)
+    ids = {
+        p4info.table_id(hot_keys_table(i)): (
+            p4info.match_field_id(hot_keys_table(i), "job_id"),
+            p4info.match_field_id(hot_keys_table(i), "key"),
+        )
+        for i in range(MAX_ENTRIES)
+    }
     hits: dict[int, int] = {}
-    for ent in hot_keys.client.read(entities):
-        e = p4info.decode_entry(ent.table_entry)
-        if int(e.match["job_id"]) == job_id:  # type: ignore[arg-type]
-            key = int(e.match["key"])  # type: ignore[arg-type]
-            hits[key] = hits.get(key, 0) + e.packets
+    for reply in hot_keys.client.read_raw(entities):  # ~700 entries: decoded by hand
+        for table_id, match, packets in wire.table_entry_counters(reply):
+            job_field, key_field = ids[table_id]
+            if int.from_bytes(match.get(job_field, b""), "big") == job_id:
+                key = int.from_bytes(match.get(key_field, b""), "big")
+                hits[key] = hits.get(key, 0) + packets
     return hits
 
 

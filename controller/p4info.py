@@ -119,6 +119,12 @@ class P4Info:
     def action_id(self, name: str) -> int:
         return self.action(name).preamble.id
 
+    def match_field_id(self, table: str, field: str) -> int:
+        for mf in self.table(table).match_fields:
+            if mf.name == field:
+                return mf.id
+        raise UnknownName(f"table {table} has no match field {field}")
+
     def counter_id(self, name: str) -> int:
         return self.counter(name).preamble.id
 

@@ -145,6 +145,35 @@ def test_entry_encoder_bytes_equal_protobuf_serialization(switch: Switch) -> Non
     )
 
 
+def test_read_reply_decoders_agree_with_protobuf() -> None:
+    # controller.wire reads counter entries and hot-key table entries out of serialized
+    # ReadResponses (the bulk reads of the online loop); protobuf's own parse is the truth,
+    # over zero values (omitted on the wire), 64-bit counts and fields the decoders skip.
+    reply = p4runtime_pb2.ReadResponse()
+    cells = [(0x1234, 0, 0, 0), (0x1234, 4095, 2**63 - 1, 7), (0x0300_0001, 300, 5, 2**40)]
+    for counter_id, index, nbytes, packets in cells:
+        ce = reply.entities.add().counter_entry
+        ce.counter_id, ce.index.index = counter_id, index
+        ce.data.byte_count, ce.data.packet_count = nbytes, packets
+    reply.entities.add().register_entry.register_id = 9  # another kind: skipped
+    assert list(wire.counter_entries(reply.SerializeToString())) == cells
+    tables = p4runtime_pb2.ReadResponse()
+    rows = [(0x0200_0001, {1: b"\x01", 2: b"\xff" * 8}, 3), (0x0200_0002, {1: b"", 2: b"\x05"}, 0)]
+    for table_id, match, packets in rows:
+        te = tables.entities.add().table_entry
+        te.table_id, te.priority, te.is_default_action = table_id, 3, False
+        for field_id, value in match.items():
+            m = te.match.add(field_id=field_id)
+            m.exact.value = value
+        te.action.action.action_id = 77  # skipped
+        te.action.action.params.add(param_id=1, value=b"\x09")
+        te.counter_data.packet_count, te.counter_data.byte_count = packets, 1000
+    # the empty exact value is absent on the wire, so it reads as b"" as protobuf says
+    assert list(wire.table_entry_counters(tables.SerializeToString())) == rows
+    parsed = p4runtime_pb2.ReadResponse.FromString(tables.SerializeToString())
+    assert [e.table_entry.counter_data.packet_count for e in parsed.entities] == [3, 0]
+
+
 @pytest.mark.parametrize(
     ("match", "needle"),
     [

@@ -426,7 +426,7 @@ def test_switch_target_moves_keys_in_one_write_and_reads_hits_in_one_read(
         c.write_entries("delete", hot._keys(5, 1, [6]))
         switch.pipeline.process(1, push_frame(1, [5, 6, 5, 77]))
         reads = []
-        c.read = lambda ents, read=c.read: reads.append(1) or read(ents)  # type: ignore[method-assign]
+        c.read_raw = lambda ents, read=c.read_raw: reads.append(1) or read(ents)  # type: ignore[method-assign]
         assert read_hits(hot, 1) == {5: 2, 6: 1, 7: 0, 9: 0} and len(reads) == 1  # 9: orphan
         target = SwitchTarget(hot, job)
         assert target.current() == {5, 6, 7} and target.reads == 1
