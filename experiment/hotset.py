@@ -241,7 +241,8 @@ def sketch_threshold(every: int) -> int:
     """Updates in a step (`every` iterations) that get a cold key reported: what a key needs
     to replace a member at the minimum rate (MIN_RATE, and the MARGIN over it). With half
     of it (2 of a step's ~2,000 draws) the loop followed ~1,600 keys after two steps, and
-    reading their cells took 0.7 s a step on the embedded switch."""
+    reading their cells took 0.7 s a step on the embedded switch (with protobuf's parse of
+    the reply, before controller/wire decoded it)."""
     return max(1, math.ceil((1.0 + MARGIN) * MIN_RATE * every))
 
 

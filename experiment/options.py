@@ -169,6 +169,11 @@ def check(cfg: RunConfig) -> Topology:
     _check_keys(cfg, len(topology.parameter_servers))
     _check_trace(cfg)
     _check_drift(cfg)
+    if cfg.hotset_source != "ps" and cfg.hotset != "dynamic":
+        raise PreflightError(
+            f"HOTSET_SOURCE={cfg.hotset_source} says what HOTSET=dynamic's loop reads; "
+            f"HOTSET={cfg.hotset} runs none"
+        )
     _check_ports(cfg, topology)
     if cfg.intf_prefix and (why := prefix_problem(topology, cfg.intf_prefix)):
         raise PreflightError(f"PREFIX={cfg.intf_prefix}: {why}")

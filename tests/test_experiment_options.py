@@ -191,6 +191,7 @@ def _make(*args: str) -> subprocess.CompletedProcess:
         (["PREFIX=UPPER"], "PREFIX=UPPER"),
         (["HOTSET=sometimes"], "HOTSET (--hotset): invalid choice: 'sometimes'"),
         (["HOTSET_SOURCE=pss"], "HOTSET_SOURCE (--hotset-source): invalid choice: 'pss'"),
+        (["HOTSET_SOURCE=switch"], "HOTSET_SOURCE=switch says what HOTSET=dynamic's loop"),
         (["DRIFT=every=x,fraction=0.3"], "DRIFT (--drift): drift 'every=x,fraction=0.3'"),
         (["KEYS=100", "DRIFT=every=5,fraction=0.3"], "DRIFT=every=5,fraction=0.3,head=256: "),
     ],
