@@ -117,7 +117,7 @@ class SwitchClient:
         # Read whose replies stay bytes, for controller.wire's decoders (read_raw).
         self._read_raw = self._channel.unary_stream(
             "/p4.v1.P4Runtime/Read",
-            request_serializer=p4runtime_pb2.ReadRequest.SerializeToString,
+            request_serializer=None,  # bytes, built by controller.wire
             response_deserializer=None,
         )
         try:
@@ -377,14 +377,15 @@ class SwitchClient:
         except grpc.RpcError as e:
             raise translate_rpc_error(e, self.addr, "Read") from None
 
-    def read_raw(self, entities: Iterable[p4runtime_pb2.Entity]) -> Iterator[bytes]:
+    def read_raw(self, entities: Iterable[p4runtime_pb2.Entity | bytes]) -> Iterator[bytes]:
         """read(), each ReadResponse left serialized (controller.wire decodes the few that
-        bulk reads need, ~20x faster than the pure-Python protobuf here)."""
+        bulk reads need, ~20x faster than the pure-Python protobuf here); an entity may be
+        given serialized (wire.counter_entity)."""
         if self._read_raw is None:
             raise SwitchUnreachable(f"client for {self.addr} is not connected")
         self._await_session()
-        req = p4runtime_pb2.ReadRequest(device_id=self.device_id)
-        req.entities.extend(entities)
+        encoded = [e if isinstance(e, bytes) else e.SerializeToString() for e in entities]
+        req = wire.read_request(self.device_id, encoded)
         try:
             yield from self._read_raw(req, timeout=max(self.timeout, READ_TIMEOUT))
         except grpc.RpcError as e:

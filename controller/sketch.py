@@ -136,12 +136,7 @@ class Sketch:
         messages)."""
         ids = [self.p4info.counter_id(n) for n in names.SKETCH_ROW_COUNTERS]
         row_of = {cid: r for r, cid in enumerate(ids)}
-        requests = []
-        for row, index in sorted(set(cells)):
-            request = p4runtime_pb2.Entity()
-            request.counter_entry.counter_id = ids[row]
-            request.counter_entry.index.index = index
-            requests.append(request)
+        requests = [wire.counter_entity(ids[row], index) for row, index in sorted(set(cells))]
         if not requests:
             return {}
         return {

@@ -80,6 +80,18 @@ def write_request(
     return b"".join(out)
 
 
+def counter_entity(counter_id: int, index: int) -> bytes:
+    """Entity{counter_entry{counter_id, index{index}}}: one cell to read (index 0 too: the
+    Index message is there, empty)."""
+    entry = field_varint(1, counter_id) + field_bytes(2, field_varint(1, index))
+    return field_bytes(7, entry)
+
+
+def read_request(device_id: int, entities: Sequence[bytes]) -> bytes:
+    """ReadRequest{device_id, entities...}; entities already encoded."""
+    return field_varint(1, device_id) + b"".join(field_bytes(2, e) for e in entities)
+
+
 def serialize_update(u: p4runtime_pb2.Update | bytes) -> bytes:
     return u if isinstance(u, bytes) else u.SerializeToString()
 

@@ -172,6 +172,14 @@ def test_read_reply_decoders_agree_with_protobuf() -> None:
     assert list(wire.table_entry_counters(tables.SerializeToString())) == rows
     parsed = p4runtime_pb2.ReadResponse.FromString(tables.SerializeToString())
     assert [e.table_entry.counter_data.packet_count for e in parsed.entities] == [3, 0]
+    # ... and the request side: cells to read, index 0 included
+    req = p4runtime_pb2.ReadRequest(device_id=5)
+    for counter_id, index in ((0x1234, 0), (0x0300_0001, 4095), (1, 2**63 - 1)):
+        ce = req.entities.add().counter_entry
+        ce.counter_id, ce.index.index = counter_id, index
+    fast = [wire.counter_entity(e.counter_entry.counter_id, e.counter_entry.index.index)
+            for e in req.entities]  # fmt: skip
+    assert wire.read_request(5, fast) == req.SerializeToString()
 
 
 @pytest.mark.parametrize(

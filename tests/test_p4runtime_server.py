@@ -853,17 +853,20 @@ def write_requests(ids: Ids) -> list[bytes]:
     return out
 
 
-def test_write_parser_reads_what_protobuf_reads(p4info):
+def agrees_with_protobuf(cases: list[bytes], originals: int, parse, reference, seed: int) -> int:
+    """Check a hand-written parser against protobuf on `cases` and on 3000 corrupted copies
+    of the first `originals` (truncated, flipped, spliced bytes): whatever it parses, it
+    reads as `reference` reads protobuf's message (None: protobuf rejects it, or it is not
+    the parser's shape); it may hand anything to protobuf (Fallback). Returns how many it
+    parsed itself."""
     import random
 
-    from softswitch.p4rt.parse import Fallback, parse_write_request, write_in
+    from softswitch.p4rt.parse import Fallback
 
-    ids = Ids(p4info)
-    fast = 0
-    cases = write_requests(ids)
-    rng = random.Random(5)
-    for _ in range(3000):  # corrupted copies: truncated, flipped, spliced bytes
-        data = bytearray(rng.choice(cases[:7]))
+    cases = list(cases)
+    rng = random.Random(seed)
+    for _ in range(3000):
+        data = bytearray(rng.choice(cases[:originals]))
         if not data:
             continue
         i = rng.randrange(len(data))
@@ -875,21 +878,83 @@ def test_write_parser_reads_what_protobuf_reads(p4info):
         else:
             data[i:i] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 4)))
         cases.append(bytes(data))
+    fast = 0
     for data in cases:
         try:
-            want = write_in(p4runtime_pb2.WriteRequest.FromString(data))
+            want = reference(data)
         except Exception:
             want = None
         try:
-            got = parse_write_request(data)
+            got = parse(data)
         except Fallback:
             continue
-        assert want is not None, f"protobuf rejects {data.hex()}, the parser accepted it"
+        assert want is not None, f"protobuf reads {data.hex()} otherwise, the parser took it"
         assert got == want, data.hex()
         fast += 1
+    return fast
+
+
+def test_write_parser_reads_what_protobuf_reads(p4info):
+    from softswitch.p4rt.parse import parse_write_request, write_in
+
+    ids = Ids(p4info)
+
+    def reference(data: bytes):
+        return write_in(p4runtime_pb2.WriteRequest.FromString(data))
+
+    fast = agrees_with_protobuf(write_requests(ids), 7, parse_write_request, reference, 5)
     assert fast > 100  # the fast path is the one normally taken
     for data in write_requests(ids)[:3]:
         parse_write_request(data)  # the common shapes never need protobuf
+
+
+def counter_reads() -> list[bytes]:
+    """ReadRequests of counter cells (the fast path's shape) and near misses."""
+    out = []
+    for cells, extra in (
+        ([(0x1234, 5), (0x1234, 0), (7, None)], None),
+        ([(0, None)], None),  # every counter
+        ([(2**32 - 1, 2**63 - 1)], None),
+        ([(3, -1)], None),  # a negative index: protobuf's
+        ([(3, 1)], "role"),
+        ([(3, 1)], "data"),
+        ([(3, 1)], "register"),
+        ([], None),
+    ):
+        req = p4runtime_pb2.ReadRequest(device_id=9)
+        for counter_id, index in cells:
+            ce = req.entities.add().counter_entry
+            ce.counter_id = counter_id
+            if index is not None:
+                ce.index.index = index
+            if extra == "data":
+                ce.data.packet_count = 1
+        if extra == "role":
+            req.role = "sketch"
+        if extra == "register":
+            req.entities.add().register_entry.register_id = 4
+        out.append(req.SerializeToString())
+    return out
+
+
+def test_counter_read_parser_reads_what_protobuf_reads():
+    from softswitch.p4rt.parse import CounterReadIn, parse_counter_read
+
+    def reference(data: bytes) -> CounterReadIn | None:
+        req = p4runtime_pb2.ReadRequest.FromString(data)
+        if req.role or any(e.WhichOneof("entity") != "counter_entry" for e in req.entities):
+            return None
+        cells = []
+        for e in req.entities:
+            ce = e.counter_entry
+            if ce.HasField("data"):
+                return None
+            cells.append((ce.counter_id, ce.index.index if ce.HasField("index") else None))
+        return CounterReadIn(req.device_id, cells) if cells else None
+
+    assert agrees_with_protobuf(counter_reads(), 3, parse_counter_read, reference, 7) > 100
+    for data in counter_reads()[:3]:
+        parse_counter_read(data)  # the common shapes never need protobuf
 
 
 def test_writes_protobuf_must_parse_get_the_same_answers(ready):

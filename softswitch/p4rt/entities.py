@@ -260,9 +260,13 @@ def _read_direct_counters(b: Binding, req: p4runtime_pb2.DirectCounterEntry) -> 
 
 
 def _indexes(msg: Any, size: int, what: str) -> range:
-    if not msg.HasField("index"):
+    return _index_range(msg.index.index if msg.HasField("index") else None, size, what)
+
+
+def _index_range(i: int | None, size: int, what: str) -> range:
+    """Every index (None: no index given), or the one given if it is in range."""
+    if i is None:
         return range(size)
-    i = msg.index.index
     if i < 0:
         raise P4RTError(INVALID, f"{what}: negative index {i}")
     if i >= size:
@@ -271,18 +275,26 @@ def _indexes(msg: Any, size: int, what: str) -> range:
 
 
 def _read_counters(b: Binding, req: p4runtime_pb2.CounterEntry) -> Iterator[bytes]:
-    if req.counter_id == 0:
+    index = req.index.index if req.HasField("index") else None
+    return read_counter(b, req.counter_id, index)
+
+
+def read_counter(b: Binding, counter_id: int, index: int | None) -> Iterator[bytes]:
+    """CounterEntry{counter_id (0: every counter), index (None: every index)}'s cells."""
+    if counter_id == 0:
         ids = list(b.counters)
-    elif req.counter_id in b.direct_counters:
+    elif counter_id in b.direct_counters:
         raise P4RTError(INVALID, "a direct counter is read with DirectCounterEntry")
-    elif req.counter_id not in b.counters:
-        raise P4RTError(INVALID, f"unknown counter id {req.counter_id:#x}")
+    elif counter_id not in b.counters:
+        raise P4RTError(INVALID, f"unknown counter id {counter_id:#x}")
     else:
-        ids = [req.counter_id]
+        ids = [counter_id]
     snap = []
     for cid in ids:
         counter = b.counters[cid]
-        snap += [(cid, i, *counter.read(i)) for i in _indexes(req, counter.size, counter.name)]
+        snap += [
+            (cid, i, *counter.read(i)) for i in _index_range(index, counter.size, counter.name)
+        ]
     return (wire.counter_entry(*cell) for cell in snap)
 
 

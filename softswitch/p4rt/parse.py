@@ -309,3 +309,46 @@ def parse_write_request(buf: bytes) -> WriteIn:
         else:
             raise Fallback
     return WriteIn(device_id, election, role, atomicity, [_update(buf, a, b) for a, b in spans])
+
+
+@dataclass
+class CounterReadIn:
+    """A ReadRequest whose entities are all CounterEntry{counter_id, index} (the online
+    loop's bulk reads of sketch cells): (counter_id, index, None when not given) each."""
+
+    device_id: int
+    cells: list[tuple[int, int | None]]
+
+
+def parse_counter_read(buf: bytes) -> CounterReadIn:
+    """CounterReadIn of serialized ReadRequest bytes; raises Fallback for anything else (a
+    role, another entity, a counter entry with data, ...), which protobuf then parses.
+    Reading 600 cells' request with protobuf took ~20 ms of the embedded switch's CPU."""
+    device_id = 0
+    cells: list[tuple[int, int | None]] = []
+    for tag, a, b in _fields(buf, 0, len(buf)):
+        if tag == 0x08 and a < U64:  # device_id
+            device_id = a
+        elif tag == 0x12:  # entities
+            entity = _fields(buf, a, b)
+            if len(entity) != 1 or entity[0][0] != 0x3A:  # Entity.counter_entry alone
+                raise Fallback
+            counter_id, index = 0, None
+            for t2, a2, b2 in _fields(buf, entity[0][1], entity[0][2]):
+                if t2 == 0x08 and a2 < U32:  # counter_id
+                    counter_id = a2
+                elif t2 == 0x12 and index is None:  # index{index}
+                    index = 0
+                    for t3, a3, _ in _fields(buf, a2, b2):
+                        if t3 == 0x08 and a3 < I63:
+                            index = a3
+                        else:
+                            raise Fallback  # a negative index too: protobuf reads it
+                else:
+                    raise Fallback
+            cells.append((counter_id, index))
+        else:
+            raise Fallback
+    if not cells:
+        raise Fallback
+    return CounterReadIn(device_id, cells)

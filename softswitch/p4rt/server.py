@@ -45,9 +45,17 @@ from softswitch.p4rt.arbitration import Arbiter, Client, election_int
 from softswitch.p4rt.binding import Binding, BindingError, bind
 from softswitch.p4rt.codec import decode, encode, header_len, pack_header, unpack_header
 from softswitch.p4rt.digests import DigestManager
-from softswitch.p4rt.entities import read_entity, write_update
+from softswitch.p4rt.entities import read_counter, read_entity, write_update
 from softswitch.p4rt.errors import STATUS_DETAILS_KEY, P4RTError, batch_status
-from softswitch.p4rt.parse import EntryIn, Fallback, WriteIn, parse_write_request, write_in
+from softswitch.p4rt.parse import (
+    CounterReadIn,
+    EntryIn,
+    Fallback,
+    WriteIn,
+    parse_counter_read,
+    parse_write_request,
+    write_in,
+)
 from softswitch.p4rt.wire import chunks
 
 log = logging.getLogger(__name__)
@@ -91,6 +99,15 @@ def _decoder(message: Any) -> Callable[[bytes], Any]:
             return Undecodable(message.DESCRIPTOR.name, str(e) or type(e).__name__)
 
     return decode
+
+
+def _read_decoder(data: bytes) -> Any:
+    """A counter-cells ReadRequest parsed by hand (parse.parse_counter_read), any other
+    by protobuf."""
+    try:
+        return parse_counter_read(data)
+    except Fallback:
+        return _decoder(p4runtime_pb2.ReadRequest)(data)
 
 
 class _Status(
@@ -317,12 +334,15 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             self._check_device(request.device_id)
             binding = self._binding()
             with self.lock:  # a consistent snapshot; encoded and streamed after the lock
-                found = [
-                    self.digests.read(ent.digest_entry)
-                    if ent.HasField("digest_entry")
-                    else read_entity(binding, ent)
-                    for ent in request.entities
-                ]
+                if isinstance(request, CounterReadIn):
+                    found = [read_counter(binding, cid, i) for cid, i in request.cells]
+                else:
+                    found = [
+                        self.digests.read(ent.digest_entry)
+                        if ent.HasField("digest_entry")
+                        else read_entity(binding, ent)
+                        for ent in request.entities
+                    ]
         except P4RTError as e:
             context.abort(e.code, e.message)
         try:
@@ -492,7 +512,7 @@ def _handlers(service: P4RuntimeService) -> grpc.GenericRpcHandler:
         "Write": grpc.unary_unary_rpc_method_handler(
             service.Write, None, pb.WriteResponse.SerializeToString
         ),
-        "Read": grpc.unary_stream_rpc_method_handler(service.Read, _decoder(pb.ReadRequest), None),
+        "Read": grpc.unary_stream_rpc_method_handler(service.Read, _read_decoder, None),
         "SetForwardingPipelineConfig": unary(
             service.SetForwardingPipelineConfig,
             pb.SetForwardingPipelineConfigRequest,
