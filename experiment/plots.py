@@ -182,7 +182,8 @@ def coverage(path: Path, hotset: dict) -> None:
     if expected and None not in expected:
         likely = f"expected oracle: the {hotset['budget']} most likely keys of each iteration"
         ax.plot(its, 100 * np.array(expected), color="gray", ls="-.", lw=1, label=likely)
-    mine = f"achieved: summed in the switch ({hotset['mode']})"
+    how = ", keys found by the switch's sketch" if hotset.get("source") == "switch" else ""
+    mine = f"achieved: summed in the switch ({hotset['mode']}{how})"
     ax.plot(its, achieved, marker="o", ms=3, color=COLORS["offload"], label=mine)
     every = _drift_every(hotset.get("drift"))
     if every:
