@@ -139,6 +139,15 @@ def freq_iterations(path: Path) -> int | None:
     return int(meta["iterations"]) if meta and "iterations" in meta else None
 
 
+def slowest(
+    paths: Sequence[Path], iterations: Callable[[Path], int | None] = freq_iterations
+) -> int | None:
+    """The iteration every PS shard's frequency file has reached (None while one is not
+    there yet)."""
+    done = [iterations(p) for p in paths]
+    return None if None in done else min(d for d in done if d is not None)
+
+
 class OnlineLoop:
     """An OnlineController stepped in a daemon thread each time every PS frequency file
     has reached the next multiple of `every` iterations."""
@@ -163,8 +172,7 @@ class OnlineLoop:
         return self
 
     def _reached(self) -> int | None:
-        done = [self._iterations(p) for p in self.freq_paths]
-        return None if None in done else min(d for d in done if d is not None)
+        return slowest(self.freq_paths, self._iterations)
 
     def _iterations(self, path: Path) -> int | None:
         """freq_iterations(path); of a rewritten file, read again only when the PS renamed a
@@ -229,9 +237,8 @@ class IterationSpan:
 
     def read(self) -> Observation:
         obs = self.source.read()
-        done = [freq_iterations(p) for p in self.freq_paths]
-        if None not in done:
-            now = min(d for d in done if d is not None)
+        now = slowest(self.freq_paths)
+        if now is not None:
             obs.iteration, obs.iterations = now, max(now - self._last, 1)
             self._last = now
         return obs
@@ -407,12 +414,12 @@ def summarize(
 
 def table_line(hotset: dict) -> str:
     """The comparison table's one coverage line."""
-    drift = f", drift {hotset['drift']}" if hotset.get("drift") else ""
+    detail = f", drift {hotset['drift']}" if hotset.get("drift") else ""
     if hotset.get("source") == "switch":
-        drift += ", measured by the switch"
+        detail += ", measured by the switch"
     ratio = hotset.get("coverage_ratio")
     text = (
-        f"  hot set ({hotset['mode']}{drift}): coverage {100 * hotset['coverage_mean']:.1f}% "
+        f"  hot set ({hotset['mode']}{detail}): coverage {100 * hotset['coverage_mean']:.1f}% "
         f"of updates, oracle top-{hotset['budget']} {100 * hotset['oracle_coverage_mean']:.1f}%"
         + (f" ({100 * ratio:.0f}% of it)" if ratio is not None else "")
     )
