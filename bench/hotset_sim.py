@@ -12,10 +12,13 @@ Coverage as in summary.json's `hotset` block: per iteration, the share of its up
 hot set; the hindsight oracle (the best `budget` keys of that iteration's own draws) and the
 expected oracle (the `budget` most likely keys of that iteration, ZipfWorkload.hottest).
 
-Policies: `static` (the warm-up's set, never changed), `dynamic` (the online loop) and
-`informed`: a loop that knows the distribution, so each step sets the hot set to the
-expected oracle's keys of the last iteration it counted, at the same pace and lag as the
-online loop, with no limit on the keys a step moves. It bounds what a loop stepping at that
+Policies: `static` (the warm-up's set, never changed), `dynamic` (the online loop, with its
+defaults: rates as the mean since a key's last change, ChangeRateEstimator), `decay` (the
+same loop with the exponential-decay estimator it used before, RateEstimator, at the
+settings it was tuned with: DECAY, margin DECAY_MARGIN) and `informed`: a loop that knows
+the distribution, so each step sets the hot set to the expected oracle's keys of the last
+iteration it counted, at the same pace and lag as the online loop, with no limit on the keys
+a step moves. It bounds what a loop stepping at that
 pace can do; the online loop falls short of it by estimating rates from counts, and by its
 policy's caution about those estimates (margin, noise test, at most MAX_CHANGES per step).
 `trace=True` adds the coverage of each iteration to the result.
@@ -23,7 +26,7 @@ policy's caution about those estimates (margin, noise test, at most MAX_CHANGES 
     .venv/bin/python -m bench.hotset_sim --grid --out bench/results/hotset_sim.json
     .venv/bin/python -m bench.hotset_sim --sweep --out bench/results/hotset_drift.json
 
-`--sweep` runs the three policies over drift rates (the head's turnover per iteration,
+`--sweep` runs the policies over drift rates (the head's turnover per iteration,
 fraction/every) with `lag` 1, the real runner's (the PS's file for iteration t is read,
 and the step's Write lands, while t+1 runs), and draws coverage / expected oracle against
 the turnover beside the JSON (`.png`).
@@ -41,12 +44,14 @@ from pathlib import Path
 import numpy as np
 
 from controller.online import (
+    CHANGE_THRESHOLD,
     CONFIDENCE,
     DECAY,
     FIRST_FULL,
     MARGIN,
     MAX_CHANGES,
     MIN_RATE,
+    ChangeRateEstimator,
     Changes,
     Hysteresis,
     Observation,
@@ -56,7 +61,14 @@ from controller.online import (
 )
 from hosts.workloads import DriftSpec, StreamOffset, ZipfWorkload
 
-POLICIES = ("static", "dynamic", "informed")
+POLICIES = ("static", "dynamic", "decay", "informed")
+LABELS = {
+    "static": "static",
+    "dynamic": "dynamic (mean since a key's last change)",
+    "decay": "dynamic, exponential decay (before)",
+    "informed": "informed (knows the distribution)",
+}
+DECAY_MARGIN = 1.0  # the margin the decay estimator was tuned with (experiment/hotset.py)
 # (every, fraction) of the sweep: head turnover 0.5% to 6% of the 256 head ranks per iteration
 SWEEP_DRIFTS = ((40, 0.2), (20, 0.1), (20, 0.2), (10, 0.1), (10, 0.2), (5, 0.2), (5, 0.3))
 SWEEP_LAG = 1
@@ -84,7 +96,8 @@ def simulate(
     every: int = 2,
     lag: int = 0,
     decay: float = DECAY,
-    margin: float = MARGIN,
+    threshold: float = CHANGE_THRESHOLD,
+    margin: float | None = None,
     max_changes: int = MAX_CHANGES,
     min_rate: float = MIN_RATE,
     confidence: float = CONFIDENCE,
@@ -124,10 +137,16 @@ def simulate(
             state["cold"], state["collected"], state["since"] = Counter(), Counter(), 0
             return Observation(counts, None, span, True)
 
+    if policy == "decay":
+        estimator: ChangeRateEstimator | RateEstimator = RateEstimator(decay, first_full=first_full)
+        margin = DECAY_MARGIN if margin is None else margin
+    else:
+        estimator = ChangeRateEstimator(threshold)
+        margin = MARGIN if margin is None else margin
     loop = OnlineController(
         target,
         Source(),
-        RateEstimator(decay, first_full=first_full),
+        estimator,
         Hysteresis(budget, margin, max_changes, min_rate, confidence),
     )
     pending: list[tuple[int, Changes]] = []
@@ -220,7 +239,12 @@ def plot_sweep(path: Path, rows: list[dict]) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    styles = {"informed": ("gray", "--"), "dynamic": ("tab:blue", "-"), "static": ("tab:red", "-")}
+    styles = {
+        "informed": ("gray", "--"),
+        "dynamic": ("tab:blue", "-"),
+        "decay": ("tab:cyan", ":"),
+        "static": ("tab:red", "-"),
+    }
     for policy in POLICIES:
         runs = [r for r in rows if r["policy"] == policy]
         xs = sorted({r["turnover"] for r in runs})
@@ -242,7 +266,7 @@ def plot_sweep(path: Path, rows: list[dict]) -> None:
             marker="o",
             ms=4,
             capsize=3,
-            label=policy,
+            label=LABELS[policy],
         )
     ax.axhline(0.9, color="black", ls=":", lw=1, label="goal: 90% of the expected oracle")
     ax.set_xlabel("head turnover per iteration (% of the head ranks: fraction / every)")
@@ -265,8 +289,8 @@ def settings_grid(seeds: list[int], drifts: list[str | None], full: bool) -> lis
     """Static per drift and seed, then the dynamic loop (mean over seeds) at each setting of
     the grid (`full`) or at the defaults; printed as they come, the static rows last."""
     grid = {
-        "decay": [0.3, 0.5],
-        "margin": [0.1, 0.2, 0.5],
+        "threshold": [5.0, 7.0, 9.0],
+        "margin": [0.3, 0.6, 1.0],
         "min_rate": [0.5, 1.0],
         "lag": [0, 1],
     }

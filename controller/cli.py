@@ -153,6 +153,13 @@ def nonnegative_float(text: str) -> float:
     return value
 
 
+def change_threshold(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise BadInput(f"--change-threshold {text}: must be > 0 nats")
+    return value
+
+
 def seconds(text: str) -> float:
     value = _number(text)
     if value <= 0:
@@ -325,20 +332,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="follow the skew: re-select the hot set every interval (controller/online.py)",
         description="Every --interval seconds: read the hot keys' hit counters (and the PS's "
         "frequency files, --freq, and/or the switch's cold-key sketch, --sketch), estimate "
-        "each key's update rate with decay, and change at most --max-changes keys, a "
-        "candidate replacing the weakest member only if its rate is higher by the "
-        "--hysteresis margin and by --confidence standard errors. "
+        "each key's update rate (the mean since it last changed, or with --decay), and "
+        "change at most --max-changes keys, a candidate replacing the weakest member only "
+        "if its rate is higher by the --hysteresis margin and by --confidence standard "
+        "errors. "
         "Prints one line per step. The defaults are make run HOTSET=dynamic's.",
     )
     au.add_argument("--job-id", type=job_id, required=True, metavar="ID")
     au.add_argument("--budget", type=nonnegative, metavar="B", help="hot keys (default: slots)")
     au.add_argument("--interval", type=seconds, default=1.0, metavar="S", help="seconds (1)")
     au.add_argument(
+        "--change-threshold",
+        type=change_threshold,
+        default=online.CHANGE_THRESHOLD,
+        metavar="T",
+        help="a key's rate is the mean since it last changed; a change is taken when the "
+        f"counts' log-likelihood ratio exceeds T nats ({online.CHANGE_THRESHOLD})",
+    )
+    au.add_argument(
         "--decay",
         type=decay,
-        default=online.DECAY,
         metavar="D",
-        help=f"weight of the past rate per step, in [0, 1) (default {online.DECAY})",
+        help="estimate rates with exponential decay instead, D the weight of the past rate "
+        f"per step, in [0, 1) (the earlier default, {online.DECAY}, tuned with --hysteresis 1)",
     )
     au.add_argument(
         "--hysteresis",

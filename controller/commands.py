@@ -18,6 +18,7 @@ from controller.hot_keys import HotKeys
 from controller.hotset import choose, combine, load_stats
 from controller.jobs import Jobs
 from controller.online import (
+    ChangeRateEstimator,
     CombinedSource,
     Hysteresis,
     OnlineController,
@@ -347,7 +348,7 @@ def hotkeys_auto(s: Session) -> Output:
     loop = OnlineController(
         SwitchTarget(hot, job),
         CombinedSource(sources),
-        RateEstimator(a.decay),
+        ChangeRateEstimator(a.change_threshold) if a.decay is None else RateEstimator(a.decay),
         Hysteresis(budget, a.hysteresis, a.max_changes, a.min_rate, a.confidence),
         log,
     )

@@ -59,9 +59,11 @@ _NONE = np.zeros(0, np.int64)
 STEP_BATCH = 4096  # updates per Write RPC of a step (~200 KB, far below gRPC's 4 MB)
 # The loop's defaults, the same for `hotagg-ctl hotkeys auto` and `make run HOTSET=dynamic`
 # (tuned with bench/hotset_sim.py; experiment/hotset.py says on what and why).
-DECAY = 0.5  # weight of the past rate per step
+CHANGE_THRESHOLD = 7.0  # log-likelihood ratio (nats) at which a key's rate has changed
+CHANGE_WINDOW = 6  # steps back in which a change can be placed
+DECAY = 0.5  # weight of the past rate per step (RateEstimator, `--decay`)
 FIRST_FULL = True  # a key seen for the first time starts at its count
-MARGIN = 1.0  # a candidate needs (1 + MARGIN) times the weakest member's rate
+MARGIN = 0.6  # a candidate needs (1 + MARGIN) times the weakest member's rate
 MAX_CHANGES = 32  # keys entering per step
 MIN_RATE = 1.0  # updates per iteration a key needs to enter
 CONFIDENCE = 2.0  # ... and to beat the weakest member by this many standard errors
@@ -219,6 +221,23 @@ class CombinedSource:
         return out
 
 
+def split_known(
+    row: Mapping[int, int], counts: Mapping[int, float]
+) -> tuple[list[int], list[float], list[int], list[float]]:
+    """An observation's counts split by an estimator's key -> row index: the rows and counts
+    of known keys, and the keys and counts of new ones."""
+    rows, known, new_keys, new_counts = [], [], [], []
+    for key, n in counts.items():
+        i = row.get(key)
+        if i is None:
+            new_keys.append(key)
+            new_counts.append(n)
+        else:
+            rows.append(i)
+            known.append(n)
+    return rows, known, new_keys, new_counts
+
+
 class RateEstimator:
     """Per-key update rate with exponential decay: after each observation,
     rate = decay * rate + (1 - decay) * counted, where `counted` is the interval's count per
@@ -266,15 +285,7 @@ class RateEstimator:
         self._w2 *= d * d
         self._w2 += fresh * fresh / per  # a zero count is a sample too
         first = 1.0 if self.first_full else fresh
-        rows, counts, new_keys, new_counts = [], [], [], []
-        for key, n in obs.counts.items():
-            i = self._row.get(key)
-            if i is None:
-                new_keys.append(key)
-                new_counts.append(n)
-            else:
-                rows.append(i)
-                counts.append(n)
+        rows, counts, new_keys, new_counts = split_known(self._row, obs.counts)
         if rows:  # each key once per observation: a fancy-index add is exact
             at, n = np.asarray(rows), np.asarray(counts, float) / per
             gone = self._rate[at] < self.forget  # forgotten, not yet dropped: a new key
@@ -312,6 +323,173 @@ class RateEstimator:
         if i is None or self._rate[i] < self.forget:
             return 0.0
         return math.sqrt(float(self._rate[i] * self._w2[i]))
+
+
+class Estimator(Protocol):
+    """What the loop asks of per-key rates (RateEstimator, ChangeRateEstimator)."""
+
+    def update(self, obs: Observation) -> None: ...
+
+    def rate(self, key: int) -> float: ...
+
+    def stderr(self, key: int) -> float: ...
+
+    def keys_at_least(self, rate: float) -> list[int]: ...
+
+
+def _loglik(n: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """Poisson log-likelihood of n counts in s iterations at their own rate n/s, without the
+    terms that cancel in a ratio (0 where n or s is 0)."""
+    ok = (n > 0) & (s > 0)
+    safe_n, safe_s = np.where(ok, n, 1.0), np.where(ok, s, 1.0)
+    return np.where(ok, safe_n * np.log(safe_n / safe_s) - safe_n, 0.0)
+
+
+class ChangeRateEstimator:
+    """Per-key update rate as the mean since the key's rate last changed: the counts of its
+    current segment over the iterations it spans. Each step adds the step's count (0 for a
+    known key not counted) and tests whether the key's rate changed within the last `window`
+    steps: for each split point, the log-likelihood ratio of two Poisson rates (before, after)
+    against one (a GLR change test). When the best split's ratio exceeds `threshold` nats the
+    segment restarts there, and the counts before it are forgotten.
+
+    Why not exponential decay (RateEstimator): a drifting workload changes a key's rate
+    abruptly (a key enters the popular head, or leaves it), and between changes the rate is
+    steady. Decay must pick one memory for both: short enough to follow a change within a few
+    steps, it keeps estimating a steady key from those few steps only, and the noise test
+    then holds back the keys near the hot set's boundary. Here a steady key's estimate keeps
+    every count since its last change, and a change is seen as soon as the counts show it.
+    A key seen for the first time starts at its count (as FIRST_FULL). Keys whose rate falls
+    below `forget` are dropped. An observation that spans no iteration (the PS's files have not
+    moved since the last step) is held and added to the next: a step is not a sample of zero.
+
+    `stderr(key)`: sqrt(rate / iterations of the segment), the error of a Poisson mean."""
+
+    def __init__(
+        self,
+        threshold: float = CHANGE_THRESHOLD,
+        window: int = CHANGE_WINDOW,
+        forget: float = 0.125,
+    ) -> None:
+        if not threshold > 0 or math.isinf(threshold):
+            raise BadInput(f"change threshold {threshold} must be a positive number")
+        if window < 1:
+            raise BadInput(f"change window {window} must be >= 1 step")
+        if not forget >= 0:
+            raise BadInput(f"forget {forget} must be >= 0")
+        self.threshold, self.window, self.forget = threshold, window, forget
+        self.changes = 0  # segments restarted (a key's rate seen to change)
+        self._held: dict[int, float] = {}
+        # Numpy rows with a key -> row index, as RateEstimator: a step touches every known key.
+        # Per row: counts and iterations of the segment before the last `window` steps, and of
+        # each of those steps (the newest last).
+        self._row: dict[int, int] = {}
+        self._keys: list[int] = []
+        self._old_n = np.zeros(0)
+        self._old_s = np.zeros(0)
+        self._n = np.zeros((0, window))
+        self._s = np.zeros((0, window))
+
+    def _totals(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._old_n + self._n.sum(axis=1), self._old_s + self._s.sum(axis=1)
+
+    def _rates(self) -> np.ndarray:
+        n, s = self._totals()
+        return np.divide(n, s, out=np.zeros_like(n), where=s > 0)
+
+    @property
+    def rates(self) -> dict[int, float]:
+        """Every known key's rate (a copy)."""
+        r = self._rates()
+        return {self._keys[i]: float(r[i]) for i in range(len(self._keys))}
+
+    def keys_at_least(self, rate: float) -> list[int]:
+        live = np.flatnonzero(self._rates() >= max(rate, 1e-12))
+        return [self._keys[i] for i in live]
+
+    def update(self, obs: Observation) -> None:
+        counts_in = obs.counts
+        if self._held:  # counts of observations that spanned no iteration
+            counts_in = dict(self._held)
+            for key, n in obs.counts.items():
+                counts_in[key] = counts_in.get(key, 0.0) + n
+        if obs.iterations == 0:  # the PS's files did not move: no time to count them over
+            self._held = counts_in
+            return
+        self._held = {}
+        per = float(obs.iterations if obs.iterations else 1)
+        # the oldest step of the window joins the segment's older part; a new step opens
+        self._old_n += self._n[:, 0]
+        self._old_s += self._s[:, 0]
+        self._n = np.roll(self._n, -1, axis=1)
+        self._s = np.roll(self._s, -1, axis=1)
+        self._n[:, -1] = 0.0
+        self._s[:, -1] = per  # a zero count is a sample too
+        rows, counts, new_keys, new_counts = split_known(self._row, counts_in)
+        if rows:  # each key once per observation
+            self._n[np.asarray(rows), -1] = np.asarray(counts, float)
+        self._detect_changes()
+        if new_keys:  # a segment of one step: the key starts at its first count
+            base, k = len(self._keys), len(new_keys)
+            self._row.update(zip(new_keys, range(base, base + k)))
+            self._keys += new_keys
+            self._old_n = np.concatenate([self._old_n, np.zeros(k)])
+            self._old_s = np.concatenate([self._old_s, np.zeros(k)])
+            n, s = np.zeros((k, self.window)), np.zeros((k, self.window))
+            n[:, -1], s[:, -1] = np.asarray(new_counts, float), per
+            self._n, self._s = np.vstack([self._n, n]), np.vstack([self._s, s])
+        self._compact()
+
+    def _detect_changes(self) -> None:
+        if not self._keys:
+            return
+        total_n, total_s = self._totals()
+        # the last j+1 steps (newest first) against the rest of the segment, j = 0..window-1
+        after_n = np.cumsum(self._n[:, ::-1], axis=1)
+        after_s = np.cumsum(self._s[:, ::-1], axis=1)
+        before_n, before_s = total_n[:, None] - after_n, total_s[:, None] - after_s
+        ratio = (
+            _loglik(after_n, after_s)
+            + _loglik(before_n, before_s)
+            - _loglik(total_n, total_s)[:, None]
+        )
+        ratio = np.where((before_s > 0) & (after_s > 0), ratio, -np.inf)
+        split = np.argmax(ratio, axis=1)
+        changed = np.flatnonzero(ratio[np.arange(len(split)), split] > self.threshold)
+        if not changed.size:
+            return
+        self.changes += int(changed.size)
+        keep = np.arange(self.window)[None, :] >= self.window - 1 - split[changed, None]
+        self._n[changed] = np.where(keep, self._n[changed], 0.0)
+        self._s[changed] = np.where(keep, self._s[changed], 0.0)
+        self._old_n[changed] = 0.0
+        self._old_s[changed] = 0.0
+
+    def _compact(self) -> None:
+        """Drop the keys whose rate fell below `forget`: cold keys seen once, and keys that
+        left; a key seen again starts a new segment."""
+        dead = self._rates() < self.forget
+        if not dead.any():
+            return
+        keep = np.flatnonzero(~dead)
+        self._keys = [self._keys[i] for i in keep]
+        self._old_n, self._old_s = self._old_n[keep], self._old_s[keep]
+        self._n, self._s = self._n[keep], self._s[keep]
+        self._row = dict(zip(self._keys, range(len(self._keys))))
+
+    def rate(self, key: int) -> float:
+        i = self._row.get(key)
+        if i is None:
+            return 0.0
+        s = float(self._old_s[i] + self._s[i].sum())
+        return float(self._old_n[i] + self._n[i].sum()) / s if s > 0 else 0.0
+
+    def stderr(self, key: int) -> float:
+        i = self._row.get(key)
+        if i is None:
+            return 0.0
+        s = float(self._old_s[i] + self._s[i].sum())
+        return math.sqrt(self.rate(key) / s) if s > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -540,7 +718,7 @@ class OnlineController:
 
     target: HotSetTarget
     source: RateSource
-    estimator: RateEstimator
+    estimator: Estimator
     policy: Hysteresis
     log: Callable[[str], None] | None = None
     steps: int = 0

@@ -55,12 +55,12 @@ import numpy as np
 from controller.online import (
     MARGIN,
     MIN_RATE,
+    ChangeRateEstimator,
     CombinedSource,
     Hysteresis,
     Observation,
     OnlineController,
     PSFrequencySource,
-    RateEstimator,
     RateSource,
     StepReport,
     SwitchHitsSource,
@@ -289,7 +289,7 @@ def online_loop_factory(
         controller = OnlineController(
             SwitchTarget(hot_keys, job),
             rates,
-            RateEstimator(),  # controller/online.py's defaults, tuned as said at the top
+            ChangeRateEstimator(),  # controller/online.py's defaults, tuned as said at the top
             Hysteresis(budget),
             log,
         )

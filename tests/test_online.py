@@ -4,6 +4,7 @@ PS and workers on a drifting workload, and the loop moving keys while they train
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -16,6 +17,7 @@ from controller.errors import BadInput
 from controller.hot_keys import HotKeys
 from controller.jobs import Jobs
 from controller.online import (
+    ChangeRateEstimator,
     Changes,
     CombinedSource,
     Hysteresis,
@@ -83,6 +85,108 @@ def test_estimator_first_full_starts_a_new_key_at_its_first_count() -> None:
     assert est.rate(1) == pytest.approx(4.0)  # not 2.0: a new key is not averaged with 0
     est.update(Observation({1: 4, 2: 6}, iterations=2))
     assert est.rate(1) == pytest.approx(3.0) and est.rate(2) == pytest.approx(3.0)
+
+
+def test_change_estimator_keeps_every_count_of_a_steady_key() -> None:
+    # 1 then 2 updates per iteration, alternating: no change, so the rate is the mean of all
+    # 20 steps and its error shrinks with them; decay would remember only the last few
+    est, decayed = ChangeRateEstimator(), RateEstimator(decay=0.5)
+    for step in range(20):
+        obs = Observation({5: 2.0 if step % 2 else 4.0}, iterations=2)
+        est.update(obs)
+        decayed.update(obs)
+    assert est.changes == 0
+    assert est.rate(5) == pytest.approx(60 / 40)
+    assert est.stderr(5) == pytest.approx(math.sqrt(1.5 / 40))
+    assert est.stderr(5) < decayed.stderr(5) / 2
+    assert est.keys_at_least(1.5) == [5] and est.keys_at_least(1.6) == []
+    # a read over no iteration (the PS's file has not moved) is held for the next, not a 0
+    est.update(Observation({5: 1.0}, iterations=0))
+    assert est.rate(5) == pytest.approx(60 / 40)
+    est.update(Observation({5: 3.0}, iterations=2))
+    assert est.rate(5) == pytest.approx(64 / 42) and est.changes == 0
+
+
+def test_change_estimator_restarts_a_key_whose_rate_jumps() -> None:
+    est = ChangeRateEstimator(threshold=7.0)
+    for _ in range(10):
+        est.update(Observation({1: 1.0, 2: 8.0}, iterations=2))  # 0.5 and 4 per iteration
+    assert (est.rate(1), est.rate(2)) == (pytest.approx(0.5), pytest.approx(4.0))
+    # key 1 enters the popular head, key 2 leaves it: one step shows both (log-likelihood
+    # ratios 7.8 and 7.6 nats against one rate), and the counts before are forgotten
+    est.update(Observation({1: 8.0}, iterations=2))
+    assert est.changes == 2
+    assert est.rate(1) == pytest.approx(4.0) and est.stderr(1) == pytest.approx(math.sqrt(2))
+    assert est.rate(2) == 0.0 and 2 not in est.rates  # below `forget`: dropped
+    assert est.keys_at_least(0.1) == [1]
+    est.update(Observation({2: 2.0}, iterations=2))  # seen again: a new key, at its count
+    assert est.rate(2) == pytest.approx(1.0)
+
+
+def _change_reference(steps: list[dict[int, float]], per: float, threshold: float, window: int):
+    """ChangeRateEstimator's rule, key by key in plain Python (the test's reference)."""
+
+    def loglik(n: float, s: float) -> float:
+        return n * math.log(n / s) - n if n > 0 else 0.0
+
+    segment: dict[int, list[float]] = {}  # the key's counts per step since its last change
+    for counts in steps:
+        for key in segment:
+            segment[key].append(counts.get(key, 0.0))
+        for key in counts.keys() - segment.keys():
+            segment[key] = [counts[key]]
+        for key, seg in segment.items():
+            total, span = sum(seg), per * len(seg)
+            best, cut = threshold, 0
+            for j in range(1, min(window, len(seg) - 1) + 1):
+                after = sum(seg[-j:])
+                ratio = (
+                    loglik(after, per * j)
+                    + loglik(total - after, span - per * j)
+                    - loglik(total, span)
+                )
+                if ratio > best:
+                    best, cut = ratio, j
+            if cut:
+                segment[key] = seg[-cut:]
+        segment = {k: seg for k, seg in segment.items() if sum(seg) / (per * len(seg)) >= 0.125}
+    return {k: sum(seg) / (per * len(seg)) for k, seg in segment.items()}
+
+
+def test_change_estimator_matches_a_key_by_key_reference() -> None:
+    # 300 keys whose Poisson rates change at random steps, some to 0 and back
+    rng = np.random.default_rng(3)
+    rates = rng.choice([0.0, 0.3, 1.0, 2.5, 4.0], size=300)
+    steps = []
+    for _ in range(40):
+        moving = rng.random(300) < 0.05
+        rates[moving] = rng.choice([0.0, 0.3, 1.0, 2.5, 4.0], size=int(moving.sum()))
+        drawn = rng.poisson(rates * 2)
+        steps.append({k: float(n) for k, n in enumerate(drawn) if n})
+    est = ChangeRateEstimator(threshold=5.0, window=4)
+    for counts in steps:
+        est.update(Observation(counts, iterations=2))
+    want = _change_reference(steps, 2.0, 5.0, 4)
+    assert est.changes > 50  # the test exercises the change rule
+    assert est.rates == pytest.approx(want)
+
+
+def test_change_estimator_seldom_sees_a_change_that_is_not_there() -> None:
+    # 500 steady keys, 50 steps each: a ratio over 7 nats by chance is rare (about
+    # P(chi2(1) > 14) = 2e-4 per split tested)
+    rng = np.random.default_rng(11)
+    est = ChangeRateEstimator()
+    for _ in range(50):
+        drawn = rng.poisson(2.0, size=500)  # 1 per iteration, 2 iterations a step
+        est.update(Observation({k: float(n) for k, n in enumerate(drawn) if n}, iterations=2))
+    assert est.changes < 25
+    assert np.mean(list(est.rates.values())) == pytest.approx(1.0, abs=0.02)
+
+
+def test_change_estimator_refuses_bad_settings() -> None:
+    for kwargs in ({"threshold": 0.0}, {"threshold": math.inf}, {"window": 0}, {"forget": -1}):
+        with pytest.raises(BadInput):
+            ChangeRateEstimator(**kwargs)
 
 
 def test_updates_from_presence_inverts_the_chance_that_some_worker_drew_a_key() -> None:
@@ -362,7 +466,12 @@ def test_cli_auto_moves_keys_from_a_frequency_file(capsys, switch: Switch, tmp_p
     assert log.read_text().count("job 3 iteration 10:") == 2
     assert {e.match[1] for e in switch.hot(0).entries()} == {7, 8, 9}
     assert {e.match[1] for e in switch.hot(7).entries()} == {7, 8, 9}
-    for bad, needle in (("--decay", "1"), ("--interval", "0"), ("--budget", "17")):
+    for bad, needle in (
+        ("--decay", "1"),
+        ("--change-threshold", "0"),
+        ("--interval", "0"),
+        ("--budget", "17"),
+    ):
         args = [*argv, bad, needle if bad != "--budget" else "17"]
         assert main(args) == 5
         assert "hotagg-ctl: error:" in capsys.readouterr().err
