@@ -1,7 +1,8 @@
 """The controller's online loop: follow the skew while a job runs (issue 10, item 2).
 
 Each step the loop reads what happened since the last step from a `RateSource`, folds it into
-per-key rates with exponential decay (`RateEstimator`), lets a `Hysteresis` policy pick a few
+per-key rates (`ChangeRateEstimator`: the mean since a key's rate last changed; or
+`RateEstimator`, exponential decay), lets a `Hysteresis` policy pick a few
 changes to the hot set, and applies them to the switch (`SwitchTarget`: evictions and
 installs in one Write RPC, freed offsets reused at once: the data plane keeps that exact,
 docs/design.md section 4). The target keeps its own record of the hot set, so a step reads
@@ -389,22 +390,24 @@ class ChangeRateEstimator:
         self._old_s = np.zeros(0)
         self._n = np.zeros((0, window))
         self._s = np.zeros((0, window))
+        # each row's rate and iterations after the last update: the policy asks for single
+        # keys' rates hundreds of times a step
+        self._rate = np.zeros(0)
+        self._span = np.zeros(0)
 
-    def _totals(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._old_n + self._n.sum(axis=1), self._old_s + self._s.sum(axis=1)
-
-    def _rates(self) -> np.ndarray:
-        n, s = self._totals()
-        return np.divide(n, s, out=np.zeros_like(n), where=s > 0)
+    def _refresh(self) -> None:
+        n = self._old_n + self._n.sum(axis=1)
+        self._span = self._old_s + self._s.sum(axis=1)
+        self._rate = np.divide(n, self._span, out=np.zeros_like(n), where=self._span > 0)
 
     @property
     def rates(self) -> dict[int, float]:
         """Every known key's rate (a copy)."""
-        r = self._rates()
-        return {self._keys[i]: float(r[i]) for i in range(len(self._keys))}
+        live = np.flatnonzero(self._rate >= self.forget)
+        return dict(zip([self._keys[i] for i in live], self._rate[live].tolist()))
 
     def keys_at_least(self, rate: float) -> list[int]:
-        live = np.flatnonzero(self._rates() >= max(rate, 1e-12))
+        live = np.flatnonzero(self._rate >= max(rate, self.forget, 1e-12))
         return [self._keys[i] for i in live]
 
     def update(self, obs: Observation) -> None:
@@ -427,7 +430,11 @@ class ChangeRateEstimator:
         self._s[:, -1] = per  # a zero count is a sample too
         rows, counts, new_keys, new_counts = split_known(self._row, counts_in)
         if rows:  # each key once per observation
-            self._n[np.asarray(rows), -1] = np.asarray(counts, float)
+            at = np.asarray(rows)
+            gone = at[self._rate[at] < self.forget]  # forgotten, not yet dropped: a new key
+            self._old_n[gone], self._old_s[gone] = 0.0, 0.0
+            self._n[gone], self._s[gone, :-1] = 0.0, 0.0
+            self._n[at, -1] = np.asarray(counts, float)
         self._detect_changes()
         if new_keys:  # a segment of one step: the key starts at its first count
             base, k = len(self._keys), len(new_keys)
@@ -438,12 +445,14 @@ class ChangeRateEstimator:
             n, s = np.zeros((k, self.window)), np.zeros((k, self.window))
             n[:, -1], s[:, -1] = np.asarray(new_counts, float), per
             self._n, self._s = np.vstack([self._n, n]), np.vstack([self._s, s])
+        self._refresh()
         self._compact()
 
     def _detect_changes(self) -> None:
         if not self._keys:
             return
-        total_n, total_s = self._totals()
+        total_n = self._old_n + self._n.sum(axis=1)
+        total_s = self._old_s + self._s.sum(axis=1)
         # the last j+1 steps (newest first) against the rest of the segment, j = 0..window-1
         after_n = np.cumsum(self._n[:, ::-1], axis=1)
         after_s = np.cumsum(self._s[:, ::-1], axis=1)
@@ -466,30 +475,32 @@ class ChangeRateEstimator:
         self._old_s[changed] = 0.0
 
     def _compact(self) -> None:
-        """Drop the keys whose rate fell below `forget`: cold keys seen once, and keys that
-        left; a key seen again starts a new segment."""
-        dead = self._rates() < self.forget
-        if not dead.any():
+        """Drop the keys whose rate fell below `forget` (cold keys seen once, keys that left)
+        once they are a quarter of the rows (amortized; until then they count as unknown,
+        and one seen again starts a new segment)."""
+        dead = self._rate < self.forget
+        n_dead = int(dead.sum())
+        if not n_dead or n_dead * 4 < len(self._keys):
             return
         keep = np.flatnonzero(~dead)
         self._keys = [self._keys[i] for i in keep]
         self._old_n, self._old_s = self._old_n[keep], self._old_s[keep]
         self._n, self._s = self._n[keep], self._s[keep]
+        self._rate, self._span = self._rate[keep], self._span[keep]
         self._row = dict(zip(self._keys, range(len(self._keys))))
 
     def rate(self, key: int) -> float:
         i = self._row.get(key)
         if i is None:
             return 0.0
-        s = float(self._old_s[i] + self._s[i].sum())
-        return float(self._old_n[i] + self._n[i].sum()) / s if s > 0 else 0.0
+        r = float(self._rate[i])
+        return r if r >= self.forget else 0.0
 
     def stderr(self, key: int) -> float:
         i = self._row.get(key)
-        if i is None:
+        if i is None or self._rate[i] < self.forget:
             return 0.0
-        s = float(self._old_s[i] + self._s[i].sum())
-        return math.sqrt(self.rate(key) / s) if s > 0 else 0.0
+        return math.sqrt(float(self._rate[i] / self._span[i]))
 
 
 @dataclass(frozen=True)
