@@ -88,45 +88,55 @@ STOP_WAIT_S = 30.0  # a step in flight (a P4Runtime write) gets this long to end
 # the interpreter lock blocks its process's other threads until it runs again.
 LOOP_NICE = 19
 # The loop's policy (controller/online.py's defaults, which `hotagg-ctl hotkeys auto` shares),
-# tuned with bench/hotset_sim.py on the run's
-# workload (Zipf 1.1 over 100,000 keys, 4 workers x 256 draws, 108 slots; seeds 3-5; drift
-# none, every=20/10/5 with fraction 0.1/0.2/0.3), scored against the expected oracle, at
-# lag 0 (a step's changes in force from the next iteration; the real runner is nearer lag 1,
-# which costs ~0.02 at every=10):
-# - DECAY 0.5: a step's counts (2 iterations, ~1,200 updates) are noisy for the keys near
-#   the boundary (~1 update per iteration); 0.3 moved 2-3x more keys for no coverage, 0.7
-#   lagged the drift (every=10: 0.88 of the oracle instead of 0.91).
-# - FIRST_FULL: a key not seen before starts at its first count (not half of it), so a
-#   newly popular key enters one step earlier (every=5,fraction=0.3: 0.79 instead of 0.76).
-# - MARGIN 1.0: a candidate must have twice the weakest member's rate. Near the boundary
-#   (~1 update per iteration) two steps' counts differ by 50% from noise alone; without
-#   drift 1.0 moved half the keys 0.5 did (277 against 529 per 100 iterations; 0.2: 646)
-#   at equal coverage, and each move costs the PS round trips (a new key's first pulls
-#   miss the cache), which is what the iteration time pays. With drift a newly popular key
-#   beats a decaying member by far more: every=10 and every=20 kept their coverage, every=5
-#   lost 1 point (0.78 against 0.80 of the expected oracle).
+# tuned with bench/hotset_sim.py on the run's workload (Zipf 1.1 over 100,000 keys, 4 workers
+# x 256 draws, 88-108 slots; seeds 3-5, checked on 6-11; drift none, every=20/10/5 with
+# fraction 0.1/0.2/0.3), scored against the expected oracle, at lag 1 (a step's changes in
+# force an iteration after the next, as measured here):
+# - ChangeRateEstimator, CHANGE_THRESHOLD 7 nats over CHANGE_WINDOW 6 steps: a key's rate
+#   is the mean since it last changed. Under drift a key's rate jumps (it enters or leaves
+#   the head) and then holds. Exponential decay (RateEstimator, DECAY 0.5, MARGIN 1.0:
+#   the loop's estimator until this one) had one memory for both: it followed a jump
+#   within a step or two, but it also estimated steady keys from ~4 iterations of counts,
+#   so the noise test held back the keys near the boundary (~1 update per iteration).
+#   Per iteration since an epoch start (every=10,fraction=0.2), decay reached 0.85 of the
+#   expected oracle by the 4th iteration and 0.92 by the 10th; a loop that knew the
+#   distribution, 1.0 from the 4th. Told when each key's rate changed (not the rate), the
+#   same loop kept 0.90-0.92 of the oracle at 2% turnover; ChangeRateEstimator, which finds
+#   the changes from the counts, keeps 0.894 (decay 0.854), 0.935 at 1% (0.913), 0.959 at
+#   0.5% (0.953), and without drift 0.981 with 45 keys moved per 100 iterations (0.984,
+#   41). Threshold 6: 0.892 and 63 moved without drift; 5: 0.891, 97; 3: 0.892, 201 (and
+#   0.974 without drift); 8: 0.886, 32. Window 4: 0.890; 8: as 6. In `make run` (embedded,
+#   seeds 4-7 at 2%, 4-9 without drift) coverage was within 0.007 of the simulator's.
+# - FIRST_FULL (decay only; ChangeRateEstimator does the same): a key not seen before starts
+#   at its first count (not half of it), so a newly popular key enters one step earlier.
+# - MARGIN 0.6: a candidate must have 1.6 times the weakest member's rate. With the steadier
+#   estimates it matters little: 0.5-0.8 were within 0.003 of each other; 1.0 kept 0.892 at
+#   2% and 0.980 without drift. (With decay, 1.0 moved half the keys 0.5 did without drift,
+#   277 against 529 per 100 iterations, at equal coverage.)
 # - MAX_CHANGES 32: a heavy drift replaces ~30 of the top 108 every 5 iterations; 16 per
 #   step could not keep up when steps lag the PS's file.
 # - MIN_RATE 1.0: the warm-up's own rule: a slot is collected every iteration, so a key
-#   updated less often costs the PS more than the switch saves it.
+#   updated less often costs the PS more than the switch saves it (0.7: +0.004 at 2%, and
+#   61 keys moved without drift).
 # - CONFIDENCE 2.0: a swap must also beat both rates' noise by 2 standard errors (Poisson
-#   counts; RateEstimator.stderr). Margin alone still chased noise without drift, since a key
-#   seen once starts at its count: 277 keys moved per 100 iterations, 40 with the test, at
-#   equal coverage (0.984 against 0.982 of the expected oracle). The price is mid-rank keys
-#   of a drift entering a step or two later: every=20 0.956 (0.965), every=10 0.871
-#   (0.913), every=5 0.678 (0.784); z=1 lies between (120 moved, every=10 0.896).
-# What no setting of these changes (`bench.hotset_sim --sweep`, lag 1 as measured here): at
-# a head turnover of 2% per iteration (every=10,fraction=0.2) the loop keeps 0.85 of the
-# expected oracle, and a loop that knew the distribution, at the same pace, 0.95. The rest
-# is estimation: the boundary keys get ~1 update per iteration, and telling 1.5 from 0.8
-# takes 4-6 iterations of counts, while the head changes every 10. Explored in the
-# simulator and left out: margin 0-1 with z 0-3 (best 0.90 at 300+ moves without drift;
-# greedy, no test at all, 0.89), decay 0.3-0.9, a step every iteration (0.91 at 1,300
-# moves without drift), resetting a rate on a 2.5-3 sigma jump, exact member counts instead
-# of presence (+0.014), a longest-consistent-window estimator (worse: slow to see a member
-# leave), and relaxing the noise test (z 0) for 3-5 steps after a step that let 2-4 keys in
-# under it, a drift detector (best 0.894 at 2%, but 97 keys moved per 100 iterations
-# without drift instead of 41, and each move costs the PS round trips).
+#   counts: the estimators' `stderr`). Without it the loop chases noise when nothing drifts
+#   (with decay: 277 keys moved per 100 iterations instead of 40, at equal coverage);
+#   1.8: 0.896 at 2%, 57 moved without drift.
+# What these settings do not change (`bench.hotset_sim --sweep`): at a head turnover of 2%
+# per iteration the loop keeps 0.89-0.90 of the expected oracle, a loop that knew the
+# distribution 0.95. A step's changes land 2-3 iterations after the epoch start (a step
+# every 2 iterations, in force one later): those iterations alone cost ~0.06. Also tried
+# with ChangeRateEstimator and left out: the hot keys' exact counts instead of presence
+# (fewer moves without drift, 22, but 0.877 at 2%: presence overstates a rare member's
+# rate, which makes its leaving stand out sooner), a binomial variance for counts capped
+# at one per worker and iteration (more moves, less coverage), a lower threshold for a rate
+# that drops to 0 (more moves, no gain), reading the PS's counters every iteration and
+# choosing every 2 (+0.011 averaged over the two step phases, 64-72 moves without drift), a
+# step every iteration (0.90 at 2%, 97-205 moves without drift). Before it, with decay:
+# margin 0-1 with z 0-3 (best 0.90 at 300+ moves without drift; greedy, no test at all,
+# 0.89), decay 0.3-0.9, resetting a rate on a 2.5-3 sigma jump, a longest-consistent-window
+# estimator, a drift detector that relaxed the noise test (0.894 at 2%, 97 moves without
+# drift).
 # The source is the PS's files alone (cold counts, and the hot keys' `collected` presence,
 # PSFrequencySource(collected=True)): every update is counted once, and a step needs no
 # switch read (the 8 tables' hit counters were ~70% of a step's time on the embedded
