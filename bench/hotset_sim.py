@@ -18,9 +18,9 @@ same loop with the exponential-decay estimator it used before, RateEstimator, at
 settings it was tuned with: DECAY, margin DECAY_MARGIN) and `informed`: a loop that knows
 the distribution, so each step sets the hot set to the expected oracle's keys of the last
 iteration it counted, at the same pace and lag as the online loop, with no limit on the keys
-a step moves. It bounds what a loop stepping at that
-pace can do; the online loop falls short of it by estimating rates from counts, and by its
-policy's caution about those estimates (margin, noise test, at most MAX_CHANGES per step).
+a step moves. It bounds what a loop stepping at that pace can do; the online loop falls short
+of it by estimating rates from counts, and by its policy's caution about those estimates
+(margin, noise test, at most MAX_CHANGES per step).
 `trace=True` adds the coverage of each iteration to the result.
 
     .venv/bin/python -m bench.hotset_sim --grid --out bench/results/hotset_sim.json

@@ -361,8 +361,9 @@ class ChangeRateEstimator:
     then holds back the keys near the hot set's boundary. Here a steady key's estimate keeps
     every count since its last change, and a change is seen as soon as the counts show it.
     A key seen for the first time starts at its count (as FIRST_FULL). Keys whose rate falls
-    below `forget` are dropped. An observation that spans no iteration (the PS's files have not
-    moved since the last step) is held and added to the next: a step is not a sample of zero.
+    below `forget` are forgotten (a cold key seen once, a key that left the head). An
+    observation that spans no iteration (the PS's files have not moved since the last step)
+    is held and added to the next: a step is not a sample of zero.
 
     `stderr(key)`: sqrt(rate / iterations of the segment), the error of a Poisson mean."""
 
