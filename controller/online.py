@@ -222,24 +222,78 @@ class CombinedSource:
         return out
 
 
-def split_known(
-    row: Mapping[int, int], counts: Mapping[int, float]
-) -> tuple[list[int], list[float], list[int], list[float]]:
-    """An observation's counts split by an estimator's key -> row index: the rows and counts
-    of known keys, and the keys and counts of new ones."""
-    rows, known, new_keys, new_counts = [], [], [], []
-    for key, n in counts.items():
-        i = row.get(key)
-        if i is None:
-            new_keys.append(key)
-            new_counts.append(n)
-        else:
-            rows.append(i)
-            known.append(n)
-    return rows, known, new_keys, new_counts
+class _KeyRows:
+    """Per-key numpy rows behind a key -> row index, the estimators' table: a step touches
+    every known key (thousands), which as a dict loop took ~6 ms of the runner's CPU per
+    step, on the cores the agents run on. `_rate` holds each row's rate; a row below
+    `forget` is forgotten (unknown to `rate`, `rates` and `keys_at_least`, and a new key when
+    seen again) and dropped once such rows are a quarter of the table (`_compact`).
+    Subclasses name their other per-row arrays in `_columns`."""
+
+    _columns: tuple[str, ...] = ()
+
+    def __init__(self, forget: float) -> None:
+        self.forget = forget
+        self._row: dict[int, int] = {}
+        self._keys: list[int] = []
+        self._rate = np.zeros(0)
+
+    @property
+    def rates(self) -> dict[int, float]:
+        """Every known key's rate (a copy)."""
+        live = np.flatnonzero(self._rate >= self.forget)
+        return dict(zip([self._keys[i] for i in live], self._rate[live].tolist()))
+
+    def keys_at_least(self, rate: float) -> list[int]:
+        """The keys whose rate is at least `rate` (and known)."""
+        live = np.flatnonzero(self._rate >= max(rate, self.forget))
+        return [self._keys[i] for i in live]
+
+    def _live(self, key: int) -> int | None:
+        """The key's row, None if it is not known (or forgotten)."""
+        i = self._row.get(key)
+        return i if i is not None and self._rate[i] >= self.forget else None
+
+    def rate(self, key: int) -> float:
+        i = self._live(key)
+        return 0.0 if i is None else float(self._rate[i])
+
+    def _split(
+        self, counts: Mapping[int, float]
+    ) -> tuple[list[int], list[float], list[int], list[float]]:
+        """An observation's counts split into the rows and counts of known keys (forgotten
+        ones included), and the keys and counts of new ones."""
+        rows, known, new_keys, new_counts = [], [], [], []
+        for key, n in counts.items():
+            i = self._row.get(key)
+            if i is None:
+                new_keys.append(key)
+                new_counts.append(n)
+            else:
+                rows.append(i)
+                known.append(n)
+        return rows, known, new_keys, new_counts
+
+    def _add_keys(self, keys: list[int]) -> None:
+        """Index new keys at the end of the table; the caller appends their rows."""
+        base = len(self._keys)
+        self._row.update(zip(keys, range(base, base + len(keys))))
+        self._keys += keys
+
+    def _compact(self) -> None:
+        """Drop the forgotten rows once they are a quarter of the table (amortized)."""
+        dead = self._rate < self.forget
+        n_dead = int(dead.sum())
+        if not n_dead or n_dead * 4 < len(self._keys):
+            return
+        keep = np.flatnonzero(~dead)
+        self._keys = [self._keys[i] for i in keep]
+        for name in ("_rate", *self._columns):
+            setattr(self, name, getattr(self, name)[keep])
+        self._row = dict(zip(self._keys, range(len(self._keys))))
 
 
-class RateEstimator:
+class RateEstimator(_KeyRows):
     """Per-key update rate with exponential decay: after each observation,
     rate = decay * rate + (1 - decay) * counted, where `counted` is the interval's count per
     iteration (per step when the source does not know iterations). With `first_full`, a key
@@ -254,30 +308,16 @@ class RateEstimator:
     w_j), so its variance is rate * sum(w_j^2 / s_j), the sum kept per key. A key seen once
     has the error of one interval's count; a member watched for many has a small one."""
 
+    _columns = ("_w2",)
+
     def __init__(
         self, decay: float = DECAY, forget: float = 1e-3, first_full: bool = FIRST_FULL
     ) -> None:
         if not 0.0 <= decay < 1.0:
             raise BadInput(f"decay {decay} must be in [0, 1)")
-        self.decay, self.forget, self.first_full = decay, forget, first_full
-        # Numpy columns with a key -> row index: a step decays every known key (thousands),
-        # which as a dict loop took ~6 ms of the runner's CPU per step, on the cores the
-        # agents run on. Rows below `forget` are dropped in batches (_compact).
-        self._row: dict[int, int] = {}
-        self._keys: list[int] = []
-        self._rate = np.zeros(0)
+        super().__init__(forget)
+        self.decay, self.first_full = decay, first_full
         self._w2 = np.zeros(0)  # sum of w_j^2 / s_j per key (stderr)
-
-    @property
-    def rates(self) -> dict[int, float]:
-        """Every known key's rate (a copy)."""
-        live = np.flatnonzero(self._rate >= self.forget)
-        return dict(zip([self._keys[i] for i in live], self._rate[live].tolist()))
-
-    def keys_at_least(self, rate: float) -> list[int]:
-        """The keys whose rate is at least `rate` (and known)."""
-        live = np.flatnonzero(self._rate >= max(rate, self.forget))
-        return [self._keys[i] for i in live]
 
     def update(self, obs: Observation) -> None:
         per = obs.iterations if obs.iterations else 1
@@ -286,44 +326,22 @@ class RateEstimator:
         self._w2 *= d * d
         self._w2 += fresh * fresh / per  # a zero count is a sample too
         first = 1.0 if self.first_full else fresh
-        rows, counts, new_keys, new_counts = split_known(self._row, obs.counts)
+        rows, counts, new_keys, new_counts = self._split(obs.counts)
         if rows:  # each key once per observation: a fancy-index add is exact
             at, n = np.asarray(rows), np.asarray(counts, float) / per
             gone = self._rate[at] < self.forget  # forgotten, not yet dropped: a new key
             self._rate[at] = np.where(gone, first * n, self._rate[at] + fresh * n)
             self._w2[at[gone]] = first * first / per
         if new_keys:
-            base = len(self._keys)
-            self._row.update(zip(new_keys, range(base, base + len(new_keys))))
-            self._keys += new_keys
+            self._add_keys(new_keys)
             self._rate = np.concatenate([self._rate, first * np.asarray(new_counts, float) / per])
             self._w2 = np.concatenate([self._w2, np.full(len(new_keys), first * first / per)])
         self._compact()
 
-    def _compact(self) -> None:
-        """Drop the keys below `forget` once they are a quarter of the rows (amortized)."""
-        dead = self._rate < self.forget
-        n_dead = int(dead.sum())
-        if not n_dead or n_dead * 4 < len(self._keys):
-            return
-        keep = np.flatnonzero(~dead)
-        self._keys = [self._keys[i] for i in keep]
-        self._rate, self._w2 = self._rate[keep], self._w2[keep]
-        self._row = dict(zip(self._keys, range(len(self._keys))))
-
-    def rate(self, key: int) -> float:
-        i = self._row.get(key)
-        if i is None:
-            return 0.0
-        r = float(self._rate[i])
-        return r if r >= self.forget else 0.0
-
     def stderr(self, key: int) -> float:
         """The standard error of rate(key) (0 for a key not known)."""
-        i = self._row.get(key)
-        if i is None or self._rate[i] < self.forget:
-            return 0.0
-        return math.sqrt(float(self._rate[i] * self._w2[i]))
+        i = self._live(key)
+        return 0.0 if i is None else math.sqrt(float(self._rate[i] * self._w2[i]))
 
 
 class Estimator(Protocol):
@@ -346,7 +364,7 @@ def _loglik(n: np.ndarray, s: np.ndarray) -> np.ndarray:
     return np.where(ok, safe_n * np.log(safe_n / safe_s) - safe_n, 0.0)
 
 
-class ChangeRateEstimator:
+class ChangeRateEstimator(_KeyRows):
     """Per-key update rate as the mean since the key's rate last changed: the counts of its
     current segment over the iterations it spans. Each step adds the step's count (0 for a
     known key not counted) and tests whether the key's rate changed within the last `window`
@@ -367,6 +385,8 @@ class ChangeRateEstimator:
 
     `stderr(key)`: sqrt(rate / iterations of the segment), the error of a Poisson mean."""
 
+    _columns = ("_old_n", "_old_s", "_n", "_s", "_span")
+
     def __init__(
         self,
         threshold: float = CHANGE_THRESHOLD,
@@ -379,37 +399,24 @@ class ChangeRateEstimator:
             raise BadInput(f"change window {window} must be >= 1 step")
         if not forget >= 0:
             raise BadInput(f"forget {forget} must be >= 0")
-        self.threshold, self.window, self.forget = threshold, window, forget
+        super().__init__(forget)
+        self.threshold, self.window = threshold, window
         self.changes = 0  # segments restarted (a key's rate seen to change)
         self._held: dict[int, float] = {}
-        # Numpy rows with a key -> row index, as RateEstimator: a step touches every known key.
         # Per row: counts and iterations of the segment before the last `window` steps, and of
         # each of those steps (the newest last).
-        self._row: dict[int, int] = {}
-        self._keys: list[int] = []
         self._old_n = np.zeros(0)
         self._old_s = np.zeros(0)
         self._n = np.zeros((0, window))
         self._s = np.zeros((0, window))
-        # each row's rate and iterations after the last update: the policy asks for single
-        # keys' rates hundreds of times a step
-        self._rate = np.zeros(0)
+        # each row's iterations after the last update (and `_rate`, its rate): the policy asks
+        # for single keys' rates hundreds of times a step
         self._span = np.zeros(0)
 
     def _refresh(self) -> None:
         n = self._old_n + self._n.sum(axis=1)
         self._span = self._old_s + self._s.sum(axis=1)
         self._rate = np.divide(n, self._span, out=np.zeros_like(n), where=self._span > 0)
-
-    @property
-    def rates(self) -> dict[int, float]:
-        """Every known key's rate (a copy)."""
-        live = np.flatnonzero(self._rate >= self.forget)
-        return dict(zip([self._keys[i] for i in live], self._rate[live].tolist()))
-
-    def keys_at_least(self, rate: float) -> list[int]:
-        live = np.flatnonzero(self._rate >= max(rate, self.forget, 1e-12))
-        return [self._keys[i] for i in live]
 
     def update(self, obs: Observation) -> None:
         counts_in = obs.counts
@@ -429,7 +436,7 @@ class ChangeRateEstimator:
         self._s = np.roll(self._s, -1, axis=1)
         self._n[:, -1] = 0.0
         self._s[:, -1] = per  # a zero count is a sample too
-        rows, counts, new_keys, new_counts = split_known(self._row, counts_in)
+        rows, counts, new_keys, new_counts = self._split(counts_in)
         if rows:  # each key once per observation
             at = np.asarray(rows)
             gone = at[self._rate[at] < self.forget]  # forgotten, not yet dropped: a new key
@@ -438,9 +445,8 @@ class ChangeRateEstimator:
             self._n[at, -1] = np.asarray(counts, float)
         self._detect_changes()
         if new_keys:  # a segment of one step: the key starts at its first count
-            base, k = len(self._keys), len(new_keys)
-            self._row.update(zip(new_keys, range(base, base + k)))
-            self._keys += new_keys
+            k = len(new_keys)
+            self._add_keys(new_keys)
             self._old_n = np.concatenate([self._old_n, np.zeros(k)])
             self._old_s = np.concatenate([self._old_s, np.zeros(k)])
             n, s = np.zeros((k, self.window)), np.zeros((k, self.window))
@@ -475,33 +481,9 @@ class ChangeRateEstimator:
         self._old_n[changed] = 0.0
         self._old_s[changed] = 0.0
 
-    def _compact(self) -> None:
-        """Drop the keys whose rate fell below `forget` (cold keys seen once, keys that left)
-        once they are a quarter of the rows (amortized; until then they count as unknown,
-        and one seen again starts a new segment)."""
-        dead = self._rate < self.forget
-        n_dead = int(dead.sum())
-        if not n_dead or n_dead * 4 < len(self._keys):
-            return
-        keep = np.flatnonzero(~dead)
-        self._keys = [self._keys[i] for i in keep]
-        self._old_n, self._old_s = self._old_n[keep], self._old_s[keep]
-        self._n, self._s = self._n[keep], self._s[keep]
-        self._rate, self._span = self._rate[keep], self._span[keep]
-        self._row = dict(zip(self._keys, range(len(self._keys))))
-
-    def rate(self, key: int) -> float:
-        i = self._row.get(key)
-        if i is None:
-            return 0.0
-        r = float(self._rate[i])
-        return r if r >= self.forget else 0.0
-
     def stderr(self, key: int) -> float:
-        i = self._row.get(key)
-        if i is None or self._rate[i] < self.forget:
-            return 0.0
-        return math.sqrt(float(self._rate[i] / self._span[i]))
+        i = self._live(key)
+        return 0.0 if i is None else math.sqrt(float(self._rate[i] / self._span[i]))
 
 
 @dataclass(frozen=True)
