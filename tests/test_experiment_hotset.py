@@ -97,6 +97,37 @@ def test_loop_steps_once_per_every_iterations_of_the_slowest_shard(tmp_path: Pat
     assert loop.stop() == steps  # a second stop is harmless
 
 
+def test_loop_steps_at_multiples_of_every_whatever_iteration_it_first_sees(
+    tmp_path: Path,
+) -> None:
+    """A loop whose first look finds the PS at iteration 3 steps there, then at 4, 6, ...:
+    a run steps at the same iterations however late its thread started."""
+    files = [tmp_path / "freq0.csv"]
+    source = FakeSource()
+
+    def wait_for_reads(n: int) -> None:
+        deadline = time.monotonic() + 5
+        while source.reads < n and time.monotonic() < deadline:
+            time.sleep(hotset.POLL_S)
+
+    freq_file(files[0], 3)
+    loop = hotset.OnlineLoop(controller(FakeTarget({1}), source), files, every=2).start()
+    try:
+        wait_for_reads(1)
+        assert source.reads == 1
+        freq_file(files[0], 4)
+        wait_for_reads(2)
+        assert source.reads == 2  # at 4, not 3 + 2
+        freq_file(files[0], 5)
+        time.sleep(10 * hotset.POLL_S)
+        assert source.reads == 2
+        freq_file(files[0], 6)
+        wait_for_reads(3)
+    finally:
+        loop.stop()
+    assert source.reads == 3
+
+
 def test_loop_failure_is_the_phases_error_and_the_loop_ends(tmp_path: Path) -> None:
     files = [tmp_path / "freq0.csv"]
     freq_file(files[0], 2)
