@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from p4.v1 import p4runtime_pb2
@@ -56,7 +56,13 @@ from controller.errors import BadInput, BudgetExceeded, WriteError
 from controller.hot_keys import HotKeys, check_key
 from controller.jobs import Job
 
+if TYPE_CHECKING:
+    from hosts.stats import LiveReader  # imported where used, as read_frequency
+
 _NONE = np.zeros(0, np.int64)
+# A frequency file's counts since the last read: iterations done, and at the last read; the
+# file's workers; the keys counted since, and their cold and collected counts (float64).
+_Delta = tuple[int, int, int, np.ndarray, np.ndarray, np.ndarray]
 STEP_BATCH = 4096  # updates per Write RPC of a step (~200 KB, far below gRPC's 4 MB)
 # The loop's defaults, the same for `hotagg-ctl hotkeys auto` and `make run HOTSET=dynamic`
 # (tuned with bench/hotset_sim.py; experiment/hotset.py says on what and why).
@@ -156,9 +162,10 @@ class PSFrequencySource:
             raise BadInput("no PS frequency file given")
         self.paths, self.collected = [Path(p) for p in paths], collected
         self._last: dict[Path, tuple[int, np.ndarray, np.ndarray]] = {}
+        self._live: dict[Path, LiveReader] = {}
 
     def read(self) -> Observation:
-        from hosts.stats import read_frequency  # the file's one reader
+        from hosts.stats import is_live
 
         counts: dict[int, float] = {}
         iterations: list[int] = []
@@ -167,32 +174,16 @@ class PSFrequencySource:
             if not path.exists():
                 continue  # the PS has not written it yet
             try:
-                freq = read_frequency(path)
-                done = int(freq.meta.get("iterations", "0"))
-                workers = int(freq.meta.get("workers", "1"))
+                since = self._live_delta(path) if is_live(path) else self._file_delta(path)
             except (OSError, ValueError) as exc:
                 raise BadInput(f"PS frequency file {path}: {exc}") from None
-            order = np.argsort(freq.keys, kind="stable")
-            keys = freq.keys[order]
-            cols = np.stack([freq.cold[order], freq.collected[order]], axis=1)
-            prev_done, prev_keys, prev_cols = self._last.get(path, (0, _NONE, _NONE))
-            if done < prev_done:  # a new run started: a fresh file
-                prev_done, prev_keys, prev_cols = 0, _NONE, _NONE
-            # The file lists every key ever updated (tens of thousands): difference it with
-            # numpy, only the keys updated since the last read become Python objects.
-            delta = cols.astype(np.float64)
-            if len(prev_keys):
-                at = np.minimum(np.searchsorted(prev_keys, keys), len(prev_keys) - 1)
-                known = prev_keys[at] == keys
-                delta[known] -= prev_cols[at[known]]
-            delta = np.maximum(delta, 0.0)
-            n = delta[:, 0]
+            done, prev_done, workers, keys, cold, collected = since
+            n = cold
             if self.collected:
-                n = n + updates_from_presence(delta[:, 1], done - prev_done, workers)
+                n = n + updates_from_presence(collected, done - prev_done, workers)
             moved = n > 0
             for key, c in zip(keys[moved].tolist(), n[moved].tolist()):
                 counts[key] = counts.get(key, 0.0) + c
-            self._last[path] = (done, keys, cols)
             iterations.append(done)
             spans.append(done - prev_done)
         return Observation(
@@ -201,6 +192,41 @@ class PSFrequencySource:
             iterations=max(spans) if spans else None,
             complete=bool(iterations),
         )
+
+    def _live_delta(self, path: Path) -> _Delta:
+        from hosts.stats import LiveReader
+
+        reader = self._live.get(path)
+        if reader is None:
+            reader = self._live[path] = LiveReader(path)
+        meta, prev_done, keys, counts = reader.since()
+        done, workers = int(meta.get("iterations", "0")), int(meta.get("workers", "1"))
+        cold, collected = counts.astype(np.float64)
+        return done, prev_done, workers, keys, cold, collected
+
+    def _file_delta(self, path: Path) -> _Delta:
+        """A rewritten file's (CSV, .npz) counts since the last read."""
+        from hosts.stats import read_frequency  # the file's one reader
+
+        freq = read_frequency(path)
+        done = int(freq.meta.get("iterations", "0"))
+        workers = int(freq.meta.get("workers", "1"))
+        order = np.argsort(freq.keys, kind="stable")
+        keys = freq.keys[order]
+        cols = np.stack([freq.cold[order], freq.collected[order]], axis=1)
+        prev_done, prev_keys, prev_cols = self._last.get(path, (0, _NONE, _NONE))
+        if done < prev_done:  # a new run started: a fresh file
+            prev_done, prev_keys, prev_cols = 0, _NONE, _NONE
+        # The file lists every key ever updated (tens of thousands): difference it with
+        # numpy, only the keys updated since the last read become Python objects.
+        delta = cols.astype(np.float64)
+        if len(prev_keys):
+            at = np.minimum(np.searchsorted(prev_keys, keys), len(prev_keys) - 1)
+            known = prev_keys[at] == keys
+            delta[known] -= prev_cols[at[known]]
+        delta = np.maximum(delta, 0.0)
+        self._last[path] = (done, keys, cols)
+        return done, prev_done, workers, keys, delta[:, 0], delta[:, 1]
 
 
 class CombinedSource:

@@ -53,6 +53,7 @@ import hashlib
 import io
 import json
 import math
+import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -259,6 +260,55 @@ def _live_counters(path: str | Path) -> tuple[dict[str, str], np.ndarray]:
     # Still changing after every try: the last copy, a few counts of the next iteration in
     # it; the loop estimates rates from it, no value depends on it.
     return {**meta, "iterations": str(done)}, copy
+
+
+class LiveReader:
+    """A .live file's counts since the previous read, for a reader that asks again and again
+    (the online loop, every step): the file stays mapped, and only the keys whose counters
+    moved are copied, found by comparing the counters with the last values seen (~0.3 ms over
+    100,000 keys, against ~2 ms for a copy of the whole file and its difference, most of it
+    page faults on fresh 1.6 MB arrays). A file replaced by a new one (a new run) is mapped
+    again and counted from zero. Consistency as live_counters."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._inode: int | None = None
+        self._meta: dict[str, str] = {}
+        self._words = np.zeros(_FIELDS_BYTES // 8, np.int64)
+        self._counts = np.zeros((2, 0), np.int64)
+        self._seen = np.zeros((2, 0), np.int64)
+        self._done = 0
+
+    def _map(self) -> None:
+        inode = os.stat(self.path).st_ino
+        if inode == self._inode:
+            return
+        data = np.memmap(self.path, dtype=np.uint8, mode="r")
+        fields, meta = _live_fields(self.path, data)
+        n = int(fields[_KEYS])
+        if len(data) < LIVE_HEADER + 16 * n:
+            raise ValueError(f"{self.path}: a live frequency file of {n} keys cut short")
+        self._inode, self._meta = inode, meta
+        self._words = data[:_FIELDS_BYTES].view("<i8")
+        self._counts = data[LIVE_HEADER : LIVE_HEADER + 16 * n].view("<i8").reshape(2, n)
+        self._seen, self._done = np.zeros((2, n), np.int64), 0
+
+    def since(self) -> tuple[dict[str, str], int, np.ndarray, np.ndarray]:
+        """(the meta, with `iterations` = the file's `done`; `done` at the previous read; the
+        keys counted since, ascending; their (cold, collected) counts since, shape (2, k))."""
+        self._map()
+        for _ in range(LIVE_READ_TRIES):
+            done = int(self._words[_DONE])
+            moved = (self._counts[0] != self._seen[0]) | (self._counts[1] != self._seen[1])
+            keys = np.flatnonzero(moved)
+            now = self._counts[:, keys]
+            if int(self._words[_BEGIN]) == done == int(self._words[_DONE]):
+                break
+            time.sleep(0.001)
+        counts = np.maximum(now - self._seen[:, keys], 0)
+        self._seen[:, keys] = now
+        previous, self._done = self._done, done
+        return {**self._meta, "iterations": str(done)}, previous, keys, counts
 
 
 def frequency_meta(path: str | Path) -> dict[str, str] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from contract.constants import VALUE_SCALE, to_fixed
 from hosts.stats import (
     LiveFrequency,
+    LiveReader,
     frequency_meta,
     params_sha256,
     read_frequency,
@@ -201,21 +203,30 @@ def meta_text(meta: dict) -> dict[str, str]:
     return {k: str(v) for k, v in meta.items()}
 
 
-def test_a_live_read_never_mixes_in_an_iteration_being_added(tmp_path, monkeypatch) -> None:
+def half_added(path: Path, monkeypatch: pytest.MonkeyPatch) -> LiveFrequency:
+    """A .live file with iteration 2 half added, which the PS finishes while a reader waits
+    (key 3: 5 then 6, key 4: 1)."""
     import hosts.stats
 
-    path = tmp_path / "f.live"
     live = LiveFrequency(path, 10, {"workers": 1})
     live.cold[3] = 5
     live.done(1)
     live.begin(2)
-    live.cold[3] = 6  # iteration 2 half added
+    live.cold[3] = 6
 
-    def ps_finishes(seconds: float) -> None:  # while the reader waits
+    def ps_finishes(seconds: float) -> None:
         live.cold[4] = 1
         live.done(2)
 
     monkeypatch.setattr(hosts.stats.time, "sleep", ps_finishes)
+    return live
+
+
+def test_a_live_read_never_mixes_in_an_iteration_being_added(tmp_path, monkeypatch) -> None:
+    import hosts.stats
+
+    path = tmp_path / "f.live"
+    live = half_added(path, monkeypatch)
     freq = read_frequency(path)
     assert freq.meta["iterations"] == "2" and freq.cold.tolist() == [6, 1]
     waits: list[float] = []
@@ -223,6 +234,42 @@ def test_a_live_read_never_mixes_in_an_iteration_being_added(tmp_path, monkeypat
     live.begin(3)  # and never done (a PS killed half way): the reader takes its last copy
     freq = read_frequency(path)
     assert freq.meta["iterations"] == "2" and len(waits) == hosts.stats.LIVE_READ_TRIES
+
+
+def test_a_live_reader_gives_the_counts_since_its_last_read(tmp_path) -> None:
+    rng = np.random.default_rng(6)
+    path = tmp_path / "f.live"
+    live = LiveFrequency(path, 300, {"workers": 4})
+    reader = LiveReader(path)
+    seen = np.zeros((2, 300), np.int64)
+    for t in range(1, 6):
+        live.begin(t)
+        for column in (live.cold, live.collected):  # a few keys, some counted twice
+            np.add.at(column, rng.integers(0, 300, 40), 1)
+        live.done(t)
+        meta, previous, keys, counts = reader.since()
+        assert meta == {"workers": "4", "iterations": str(t)} and previous == t - 1
+        now = np.stack([live.cold, live.collected])
+        want = np.flatnonzero((now != seen).any(axis=0))
+        assert keys.tolist() == want.tolist()
+        assert counts.tolist() == (now - seen)[:, want].tolist()
+        seen = now.copy()
+    assert reader.since()[2].size == 0  # nothing added since
+
+    live = LiveFrequency(path, 50, {"workers": 2})  # a new run's file at the same path
+    live.begin(1)
+    live.cold[7] = 3
+    live.done(1)
+    meta, previous, keys, counts = reader.since()
+    assert meta["workers"] == "2" and previous == 0  # counted from zero again
+    assert keys.tolist() == [7] and counts.tolist() == [[3], [0]]
+
+
+def test_a_live_reader_never_mixes_in_an_iteration_being_added(tmp_path, monkeypatch) -> None:
+    half_added(tmp_path / "f.live", monkeypatch)
+    meta, previous, keys, counts = LiveReader(tmp_path / "f.live").since()
+    assert meta["iterations"] == "2" and previous == 0
+    assert keys.tolist() == [3, 4] and counts[0].tolist() == [6, 1]
 
 
 def test_a_file_that_is_not_live_is_refused(tmp_path) -> None:
@@ -238,6 +285,10 @@ def test_a_file_that_is_not_live_is_refused(tmp_path) -> None:
         f.truncate(8000)
     with pytest.raises(ValueError, match="cut short"):
         read_frequency(tmp_path / "cut.live")
+    with pytest.raises(ValueError, match="cut short"):
+        LiveReader(tmp_path / "cut.live").since()
+    with pytest.raises(ValueError, match="not a hotagg live frequency file"):
+        LiveReader(tmp_path / "zeros.live").since()
 
 
 # --- drift ---
