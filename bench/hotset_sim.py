@@ -28,8 +28,9 @@ of it by estimating rates from counts, and by its policy's caution about those e
 
 `--sweep` runs the policies over drift rates (the head's turnover per iteration,
 fraction/every) with `lag` 1, the real runner's (the PS's file for iteration t is read,
-and the step's Write lands, while t+1 runs), and draws coverage / expected oracle against
-the turnover beside the JSON (`.png`).
+and the step's Write lands, while t+1 runs), at both step phases (a step after even or after
+odd iterations: `phase`, sweep()), and draws coverage / expected oracle against the turnover
+beside the JSON (`.png`).
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ def simulate(
     skew: float = 1.1,
     every: int = 2,
     lag: int = 0,
+    phase: int = 0,
     decay: float = DECAY,
     threshold: float = CHANGE_THRESHOLD,
     margin: float | None = None,
@@ -111,6 +113,8 @@ def simulate(
         raise ValueError(f"policy {policy!r}: one of {', '.join(POLICIES)}")
     if not 0 <= lag < every:  # a step would choose from a set that misses pending changes
         raise ValueError(f"lag {lag} must be in [0, every={every})")
+    if not 0 <= phase < every:
+        raise ValueError(f"phase {phase} must be in [0, every={every})")
     spec = DriftSpec.parse(drift)
     wl = ZipfWorkload(keys, skew, draws, seed=seed, drift=spec)
     warm = StreamOffset(ZipfWorkload(keys, skew, draws, seed=seed), 1_000_000)
@@ -169,7 +173,7 @@ def simulate(
             else:
                 state["cold"][k] += n
         state["since"] += 1
-        if policy != "static" and t % every == 0:
+        if policy != "static" and t % every == phase:
             before = target.current()
             if policy == "informed":  # reads no counts: drop them, or they grow all run
                 state["cold"], state["collected"], state["since"] = Counter(), Counter(), 0
@@ -200,16 +204,26 @@ def simulate(
     }
 
 
-def sweep(seeds: list[int], lag: int = SWEEP_LAG, iterations: int = 100) -> list[dict]:
+def sweep(
+    seeds: list[int], lag: int = SWEEP_LAG, iterations: int = 100, every: int = 2
+) -> list[dict]:
     """Every policy at every drift of SWEEP_DRIFTS (and none), one row per run: the drift,
-    its turnover, the policy, seed and lag, and simulate()'s result."""
+    its turnover, the policy, seed, lag and step phase, and simulate()'s result. The loops
+    run at every step phase (0..every-1): a drift's epochs start after multiples of its
+    `every`, so with an even one a loop stepping after even iterations never reads an epoch
+    start inside a step and one stepping after odd iterations always does, and a real
+    workload's changes do not wait for the loop."""
     rows: list[dict] = []
     drifts: list[tuple[str | None, float]] = [(None, 0.0)]
     drifts += [(f"every={e},fraction={f}", f / e) for e, f in SWEEP_DRIFTS]
     for drift, turnover in drifts:
         for policy in POLICIES:
-            for seed in seeds:
-                res = simulate(drift, seed, iterations, lag=lag, policy=policy)
+            phases = range(every) if policy != "static" else range(1)
+            start = len(rows)
+            for seed, phase in itertools.product(seeds, phases):
+                res = simulate(
+                    drift, seed, iterations, every=every, lag=lag, phase=phase, policy=policy
+                )
                 rows.append(
                     {
                         "drift": drift,
@@ -217,10 +231,11 @@ def sweep(seeds: list[int], lag: int = SWEEP_LAG, iterations: int = 100) -> list
                         "policy": policy,
                         "seed": seed,
                         "lag": lag,
+                        "phase": phase,
                         **res,
                     }
                 )
-            ratios = [r["ratio_expected"] for r in rows[-len(seeds) :]]
+            ratios = [r["ratio_expected"] for r in rows[start:]]
             print(
                 f"drift {drift or 'none'}: {policy} {np.mean(ratios):.3f} of the expected oracle",
                 file=sys.stderr,
@@ -231,8 +246,8 @@ def sweep(seeds: list[int], lag: int = SWEEP_LAG, iterations: int = 100) -> list
 
 def plot_sweep(path: Path, rows: list[dict]) -> None:
     """Coverage / expected oracle against the head's turnover per iteration, per policy
-    (mean of the runs at that turnover, seeds and drifts of equal turnover; bars from the
-    lowest to the highest)."""
+    (mean of the runs at that turnover, seeds, step phases and drifts of equal turnover; bars
+    from the lowest to the highest)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on a test VM or in CI
@@ -277,7 +292,7 @@ def plot_sweep(path: Path, rows: list[dict]) -> None:
     lag = rows[0]["lag"] if rows else SWEEP_LAG
     ax.set_title(
         f"Hot-set coverage under drift (simulated, lag {lag}, "
-        f"{len({r['seed'] for r in rows})} seeds)",
+        f"{len({r['seed'] for r in rows})} seeds, both step phases)",
         fontsize=10,
     )
     fig.tight_layout()

@@ -48,11 +48,35 @@ def test_the_informed_loop_installs_the_expected_oracle_of_the_iteration_it_coun
         assert run["coverage_per_iteration"][t - 1] == pytest.approx(want)
 
 
+def test_a_loop_stepping_after_odd_iterations_reads_each_epoch_start_inside_a_step() -> None:
+    # Epochs of every=10 start at iterations 11, 21, ...: phase 0 steps after 10 and 12,
+    # phase 1 after 11, which mixes one old iteration into the step that meets the change.
+    # The informed loop, told the distribution of the iteration it stepped after, gets the
+    # new head one iteration sooner at phase 1.
+    runs = {
+        phase: hotset_sim.simulate(
+            "every=10,fraction=0.2",
+            seed=7,
+            iterations=40,
+            lag=1,
+            phase=phase,
+            policy="informed",
+            trace=True,
+        )
+        for phase in (0, 1)
+    }
+    at = {p: r["coverage_per_iteration"] for p, r in runs.items()}
+    assert at[1][13 - 1] > at[0][13 - 1]  # phase 1's step after 11 is in force at 13
+    assert at[1][14 - 1] == pytest.approx(at[0][14 - 1])  # phase 0's after 12 catches up at 14
+
+
 def test_an_unknown_policy_or_a_lag_of_a_whole_step_is_refused() -> None:
     with pytest.raises(ValueError, match="policy 'oracle'"):
         hotset_sim.simulate(None, seed=1, iterations=2, policy="oracle")
     with pytest.raises(ValueError, match="lag 2 must be in"):
         hotset_sim.simulate(None, seed=1, iterations=2, every=2, lag=2)
+    with pytest.raises(ValueError, match="phase 2 must be in"):
+        hotset_sim.simulate(None, seed=1, iterations=2, every=2, phase=2)
 
 
 def test_the_sweep_writes_every_policy_at_every_drift_and_a_figure(tmp_path: Path) -> None:
@@ -68,6 +92,9 @@ def test_the_sweep_writes_every_policy_at_every_drift_and_a_figure(tmp_path: Pat
         (p, t) for p in hotset_sim.POLICIES for t in turnovers
     }
     assert all(r["lag"] == hotset_sim.SWEEP_LAG for r in rows)
+    for policy in hotset_sim.POLICIES:  # the loops at both step phases, static once
+        phases = {r["phase"] for r in rows if r["policy"] == policy}
+        assert phases == ({0} if policy == "static" else {0, 1})
     assert all(0 <= r["coverage"] <= r["oracle"] <= 1 for r in rows)
     png = out.with_suffix(".png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
