@@ -110,8 +110,10 @@ LOOP_NICE = 19
 #   the changes from the counts, keeps 0.894 (decay 0.854), 0.935 at 1% (0.913), 0.959 at
 #   0.5% (0.953), and without drift 0.981 with 45 keys moved per 100 iterations (0.984,
 #   41). Threshold 6: 0.892 and 63 moved without drift; 5: 0.891, 97; 3: 0.892, 201 (and
-#   0.974 without drift); 8: 0.886, 32. Window 4: 0.890; 8: as 6. In `make run` (embedded,
-#   seeds 4-7 at 2%, 4-9 without drift) coverage was within 0.007 of the simulator's.
+#   0.974 without drift); 8: 0.886, 32. Window 4: 0.890; 8: as 6. These are at step phase
+#   0 (steps after even iterations: every=10's epoch starts never fall inside a step); at
+#   phase 1, 0.860 at 2%, 0.922 at 1%. In `make run` (embedded, seeds 4-9 at 2%) coverage
+#   was 0.003-0.013 above the simulator's at lag 1 (a step's Write lands early in t+1).
 # - FIRST_FULL (decay only; ChangeRateEstimator does the same): a key not seen before starts
 #   at its first count (not half of it), so a newly popular key enters one step earlier.
 # - MARGIN 0.6: a candidate must have 1.6 times the weakest member's rate. With the steadier
@@ -127,11 +129,12 @@ LOOP_NICE = 19
 #   counts: the estimators' `stderr`). Without it the loop chases noise when nothing drifts
 #   (with decay: 277 keys moved per 100 iterations instead of 40, at equal coverage);
 #   1.8: 0.896 at 2%, 57 moved without drift.
-# What these settings do not change (`bench.hotset_sim --sweep`): at a head turnover of 2%
-# per iteration the loop keeps 0.89-0.90 of the expected oracle, a loop that knew the
-# distribution 0.95. A step's changes land 2-3 iterations after the epoch start (a step
-# every 2 iterations, in force one later): those iterations alone cost ~0.06. Also tried
-# with ChangeRateEstimator and left out: the hot keys' exact counts instead of presence
+# What these settings do not change (`bench.hotset_sim --sweep`, both step phases): at a
+# head turnover of 2% per iteration the loop keeps 0.88 of the expected oracle (0.894 and
+# 0.860 by phase), a loop that knew the distribution 0.96. A step's changes land 2-3
+# iterations after the epoch start (a step every 2 iterations, in force one later): those
+# iterations alone cost ~0.05.
+# Also tried with ChangeRateEstimator and left out: the hot keys' exact counts instead of presence
 # (fewer moves without drift, 22, but 0.877 at 2%: presence overstates a rare member's
 # rate, which makes its leaving stand out sooner), a binomial variance for counts capped
 # at one per worker and iteration (more moves, less coverage), a lower threshold for a rate
