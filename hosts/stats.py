@@ -55,10 +55,10 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -182,6 +182,7 @@ LIVE_HEADER = 4096  # bytes before the counters: the fields and the meta JSON
 _MAGIC, _KEYS, _BEGIN, _DONE, _META_LEN = range(5)
 _FIELDS_BYTES = 40
 LIVE_READ_TRIES = 20  # copies a reader makes while the PS keeps adding (each ~1 ms)
+T = TypeVar("T")
 
 
 def is_live(path: str | Path) -> bool:
@@ -238,27 +239,40 @@ def _live_meta(path: str | Path) -> dict[str, str]:
     return {**meta, "iterations": str(int(fields[_DONE]))}
 
 
+def _live_map(path: str | Path) -> tuple[dict[str, str], np.ndarray, np.ndarray]:
+    """A .live file mapped: its meta, its header words (the PS changes them: read them
+    again each time) and its (2, keys) counters."""
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    fields, meta = _live_fields(path, data)
+    n = int(fields[_KEYS])
+    if len(data) < LIVE_HEADER + 16 * n:
+        raise ValueError(f"{path}: a live frequency file of {n} keys cut short")
+    words = data[:_FIELDS_BYTES].view("<i8")
+    return meta, words, data[LIVE_HEADER : LIVE_HEADER + 16 * n].view("<i8").reshape(2, n)
+
+
+def _consistent(words: np.ndarray, read: Callable[[], T]) -> tuple[int, T]:
+    """read() of a mapped .live file's counters, and the `done` it is consistent with: no
+    iteration's counts began while it read. After LIVE_READ_TRIES tries, the last read, a
+    few counts of the next iteration in it; the loop estimates rates from it, no value
+    depends on it."""
+    for _ in range(LIVE_READ_TRIES):
+        done = int(words[_DONE])
+        got = read()
+        if int(words[_BEGIN]) == done:
+            break
+        time.sleep(0.001)
+    return done, got
+
+
 def _live_counters(path: str | Path) -> tuple[dict[str, str], np.ndarray]:
     """A .live file's meta, with `iterations` = its `done`, and a copy of its (2, keys)
     counters consistent with it (module doc). The PS's stores are plain numpy stores: x86
     keeps them in order for the reader, a weakly ordered CPU (aarch64) may not, and a copy
     may then mix in a few counts of the next iteration. That is noise in a rate estimate,
     never a wrong value: the counts only choose keys."""
-    data = np.memmap(path, dtype=np.uint8, mode="r")
-    fields, meta = _live_fields(path, data)
-    n = int(fields[_KEYS])
-    if len(data) < LIVE_HEADER + 16 * n:
-        raise ValueError(f"{path}: a live frequency file of {n} keys cut short")
-    words = data[:_FIELDS_BYTES].view("<i8")  # read again below: the PS changes them
-    counts = data[LIVE_HEADER : LIVE_HEADER + 16 * n].view("<i8").reshape(2, n)
-    for _ in range(LIVE_READ_TRIES):
-        done = int(words[_DONE])
-        copy = np.array(counts)
-        if int(words[_BEGIN]) == done:  # no iteration's counts began while copying
-            break
-        time.sleep(0.001)
-    # Still changing after every try: the last copy, a few counts of the next iteration in
-    # it; the loop estimates rates from it, no value depends on it.
+    meta, words, counts = _live_map(path)
+    done, copy = _consistent(words, lambda: np.array(counts))
     return {**meta, "iterations": str(done)}, copy
 
 
@@ -268,7 +282,7 @@ class LiveReader:
     moved are copied, found by comparing the counters with the last values seen (~0.3 ms over
     100,000 keys, against ~2 ms for a copy of the whole file and its difference, most of it
     page faults on fresh 1.6 MB arrays). A file replaced by a new one (a new run) is mapped
-    again and counted from zero. Consistency as live_counters."""
+    again and counted from zero. Consistency as _live_counters."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -283,28 +297,22 @@ class LiveReader:
         inode = os.stat(self.path).st_ino
         if inode == self._inode:
             return
-        data = np.memmap(self.path, dtype=np.uint8, mode="r")
-        fields, meta = _live_fields(self.path, data)
-        n = int(fields[_KEYS])
-        if len(data) < LIVE_HEADER + 16 * n:
-            raise ValueError(f"{self.path}: a live frequency file of {n} keys cut short")
-        self._inode, self._meta = inode, meta
-        self._words = data[:_FIELDS_BYTES].view("<i8")
-        self._counts = data[LIVE_HEADER : LIVE_HEADER + 16 * n].view("<i8").reshape(2, n)
-        self._seen, self._done = np.zeros((2, n), np.int64), 0
+        self._meta, self._words, self._counts = _live_map(self.path)
+        self._inode = inode
+        self._seen, self._done = np.zeros_like(self._counts), 0
+
+    def _moved(self) -> tuple[np.ndarray, np.ndarray]:
+        """The keys whose counters differ from the last values seen, and their counters."""
+        keys = np.flatnonzero(
+            (self._counts[0] != self._seen[0]) | (self._counts[1] != self._seen[1])
+        )
+        return keys, self._counts[:, keys]
 
     def since(self) -> tuple[dict[str, str], int, np.ndarray, np.ndarray]:
         """(the meta, with `iterations` = the file's `done`; `done` at the previous read; the
         keys counted since, ascending; their (cold, collected) counts since, shape (2, k))."""
         self._map()
-        for _ in range(LIVE_READ_TRIES):
-            done = int(self._words[_DONE])
-            moved = (self._counts[0] != self._seen[0]) | (self._counts[1] != self._seen[1])
-            keys = np.flatnonzero(moved)
-            now = self._counts[:, keys]
-            if int(self._words[_BEGIN]) == done == int(self._words[_DONE]):
-                break
-            time.sleep(0.001)
+        done, (keys, now) = _consistent(self._words, self._moved)
         counts = np.maximum(now - self._seen[:, keys], 0)
         self._seen[:, keys] = now
         previous, self._done = self._done, done
