@@ -580,11 +580,15 @@ def test_the_loop_moves_keys_on_a_switch_while_a_job_trains(
     )
     th = threading.Thread(target=loop.run, args=(0.15, None, stop), daemon=True)
     th.start()
+    # Steps go by the clock: the first two fill the 24 slots (12 a step), swaps start at the
+    # third. 30 iterations once ended within those two steps under CI's load (24 keys added,
+    # none removed); 60 leave several steps of swaps.
+    iterations = 60
     try:
         params, summaries, _, _ = run_job(
             wl,
             3,
-            30,
+            iterations,
             tmp_path,
             relay=relay,
             collect=True,
@@ -595,7 +599,7 @@ def test_the_loop_moves_keys_on_a_switch_while_a_job_trains(
         stop.set()
         th.join(10)
         client.close()
-    check_exact(wl, 3, 30, params, summaries)
+    check_exact(wl, 3, iterations, params, summaries)
     reports = loop.history
     assert len(reports) >= 3, reports
     assert sum(len(r.added) for r in reports) > 0 and sum(len(r.removed) for r in reports) > 0
