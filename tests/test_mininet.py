@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -220,6 +221,14 @@ def test_cleanup_touches_only_marked_processes(tmp_path: Path) -> None:
     other = subprocess.Popen(argv, env=dict(env, HOTAGG_RUN="run-b"))
     unmarked = subprocess.Popen(argv, env={k: v for k, v in env.items() if k != "HOTAGG_RUN"})
     try:
+        # Popen returns once exec has begun, but /proc/PID/cmdline stays empty until the new
+        # program's arguments are in place: under load switch_processes once found none.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not all(
+            b"softswitch" in Path(f"/proc/{p.pid}/cmdline").read_bytes()
+            for p in (mine, other, unmarked)
+        ):
+            time.sleep(0.01)
         assert mine.pid in switch_processes("run-a")
         assert other.pid not in switch_processes("run-a")
         assert unmarked.pid not in switch_processes(None)
