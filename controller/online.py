@@ -254,9 +254,13 @@ class _KeyRows:
     step, on the cores the agents run on. `_rate` holds each row's rate; a row below
     `forget` is forgotten (unknown to `rate`, `rates` and `keys_at_least`, and a new key when
     seen again) and dropped once such rows are a quarter of the table (`_compact`).
-    Subclasses name their other per-row arrays in `_columns`."""
+    Subclasses name their other per-row arrays in `_columns`, and their per-row windows in
+    `_windows`: arrays of (steps, rows), so that a sum or a scan over a row's steps is a few
+    whole-array operations (numpy reduces (rows, steps) along its short axis one row at a
+    time, ~10x slower at thousands of rows)."""
 
     _columns: tuple[str, ...] = ()
+    _windows: tuple[str, ...] = ()
 
     def __init__(self, forget: float) -> None:
         self.forget = forget
@@ -316,6 +320,8 @@ class _KeyRows:
         self._keys = [self._keys[i] for i in keep]
         for name in ("_rate", *self._columns):
             setattr(self, name, getattr(self, name)[keep])
+        for name in self._windows:
+            setattr(self, name, getattr(self, name)[:, keep])
         self._row = dict(zip(self._keys, range(len(self._keys))))
 
 
@@ -384,10 +390,10 @@ class Estimator(Protocol):
 
 def _loglik(n: np.ndarray, s: np.ndarray) -> np.ndarray:
     """Poisson log-likelihood of n counts in s iterations at their own rate n/s, without the
-    terms that cancel in a ratio (0 where n or s is 0)."""
-    ok = (n > 0) & (s > 0)
-    safe_n, safe_s = np.where(ok, n, 1.0), np.where(ok, s, 1.0)
-    return np.where(ok, safe_n * np.log(safe_n / safe_s) - safe_n, 0.0)
+    terms that cancel in a split's ratio (the counts before and after a split sum to the
+    whole, so its -n terms cancel too): n log(n/s), 0 where n or s is 0."""
+    counted = (n > 0) & (s > 0)  # n - n' of equal floats can leave ~1e-16 over s = 0
+    return n * np.log(np.where(counted, n, 1.0) / np.where(counted, s, 1.0))
 
 
 class ChangeRateEstimator(_KeyRows):
@@ -411,7 +417,8 @@ class ChangeRateEstimator(_KeyRows):
 
     `stderr(key)`: sqrt(rate / iterations of the segment), the error of a Poisson mean."""
 
-    _columns = ("_old_n", "_old_s", "_n", "_s", "_span")
+    _columns = ("_old_n", "_old_s", "_span")
+    _windows = ("_n", "_s")
 
     def __init__(
         self,
@@ -430,18 +437,18 @@ class ChangeRateEstimator(_KeyRows):
         self.changes = 0  # segments restarted (a key's rate seen to change)
         self._held: dict[int, float] = {}
         # Per row: counts and iterations of the segment before the last `window` steps, and of
-        # each of those steps (the newest last).
+        # each of those steps (_n[j], _s[j]: step j of the window, the newest last).
         self._old_n = np.zeros(0)
         self._old_s = np.zeros(0)
-        self._n = np.zeros((0, window))
-        self._s = np.zeros((0, window))
+        self._n = np.zeros((window, 0))
+        self._s = np.zeros((window, 0))
         # each row's iterations after the last update (and `_rate`, its rate): the policy asks
         # for single keys' rates hundreds of times a step
         self._span = np.zeros(0)
 
     def _refresh(self) -> None:
-        n = self._old_n + self._n.sum(axis=1)
-        self._span = self._old_s + self._s.sum(axis=1)
+        n = self._old_n + self._n.sum(axis=0)
+        self._span = self._old_s + self._s.sum(axis=0)
         self._rate = np.divide(n, self._span, out=np.zeros_like(n), where=self._span > 0)
 
     def update(self, obs: Observation) -> None:
@@ -456,54 +463,57 @@ class ChangeRateEstimator(_KeyRows):
         self._held = {}
         per = float(obs.iterations if obs.iterations else 1)
         # the oldest step of the window joins the segment's older part; a new step opens
-        self._old_n += self._n[:, 0]
-        self._old_s += self._s[:, 0]
-        self._n = np.roll(self._n, -1, axis=1)
-        self._s = np.roll(self._s, -1, axis=1)
-        self._n[:, -1] = 0.0
-        self._s[:, -1] = per  # a zero count is a sample too
+        self._old_n += self._n[0]
+        self._old_s += self._s[0]
+        self._n[:-1] = self._n[1:]
+        self._s[:-1] = self._s[1:]
+        self._n[-1] = 0.0
+        self._s[-1] = per  # a zero count is a sample too
         rows, counts, new_keys, new_counts = self._split(counts_in)
         if rows:  # each key once per observation
             at = np.asarray(rows)
             gone = at[self._rate[at] < self.forget]  # forgotten, not yet dropped: a new key
             self._old_n[gone], self._old_s[gone] = 0.0, 0.0
-            self._n[gone], self._s[gone, :-1] = 0.0, 0.0
-            self._n[at, -1] = np.asarray(counts, float)
+            self._n[:, gone], self._s[:-1, gone] = 0.0, 0.0
+            self._n[-1, at] = np.asarray(counts, float)
         self._detect_changes()
         if new_keys:  # a segment of one step: the key starts at its first count
             k = len(new_keys)
             self._add_keys(new_keys)
             self._old_n = np.concatenate([self._old_n, np.zeros(k)])
             self._old_s = np.concatenate([self._old_s, np.zeros(k)])
-            n, s = np.zeros((k, self.window)), np.zeros((k, self.window))
-            n[:, -1], s[:, -1] = np.asarray(new_counts, float), per
-            self._n, self._s = np.vstack([self._n, n]), np.vstack([self._s, s])
+            n, s = np.zeros((self.window, k)), np.zeros((self.window, k))
+            n[-1], s[-1] = np.asarray(new_counts, float), per
+            self._n, self._s = np.hstack([self._n, n]), np.hstack([self._s, s])
         self._refresh()
         self._compact()
 
     def _detect_changes(self) -> None:
         if not self._keys:
             return
-        total_n = self._old_n + self._n.sum(axis=1)
-        total_s = self._old_s + self._s.sum(axis=1)
-        # the last j+1 steps (newest first) against the rest of the segment, j = 0..window-1
-        after_n = np.cumsum(self._n[:, ::-1], axis=1)
-        after_s = np.cumsum(self._s[:, ::-1], axis=1)
-        before_n, before_s = total_n[:, None] - after_n, total_s[:, None] - after_s
-        ratio = (
-            _loglik(after_n, after_s)
-            + _loglik(before_n, before_s)
-            - _loglik(total_n, total_s)[:, None]
-        )
-        ratio = np.where((before_s > 0) & (after_s > 0), ratio, -np.inf)
-        split = np.argmax(ratio, axis=1)
-        changed = np.flatnonzero(ratio[np.arange(len(split)), split] > self.threshold)
+        n, s, window = self._n, self._s, self.window
+        total_n = self._old_n + n.sum(axis=0)
+        total_s = self._old_s + s.sum(axis=0)
+        whole = _loglik(total_n, total_s)
+        best = np.full(len(total_n), -np.inf)
+        split = np.zeros(len(total_n), np.intp)
+        after_n, after_s = np.zeros_like(total_n), np.zeros_like(total_s)
+        for j in range(window):  # the last j+1 steps against the rest of the segment
+            after_n = after_n + n[window - 1 - j]
+            after_s = after_s + s[window - 1 - j]
+            before_n, before_s = total_n - after_n, total_s - after_s
+            ratio = _loglik(after_n, after_s) + _loglik(before_n, before_s) - whole
+            ratio[(before_s <= 0) | (after_s <= 0)] = -np.inf
+            better = ratio > best  # the first of equal splits, as argmax
+            best = np.where(better, ratio, best)
+            split = np.where(better, j, split)
+        changed = np.flatnonzero(best > self.threshold)
         if not changed.size:
             return
         self.changes += int(changed.size)
-        keep = np.arange(self.window)[None, :] >= self.window - 1 - split[changed, None]
-        self._n[changed] = np.where(keep, self._n[changed], 0.0)
-        self._s[changed] = np.where(keep, self._s[changed], 0.0)
+        keep = np.arange(window)[:, None] >= window - 1 - split[None, changed]
+        self._n[:, changed] = np.where(keep, self._n[:, changed], 0.0)
+        self._s[:, changed] = np.where(keep, self._s[:, changed], 0.0)
         self._old_n[changed] = 0.0
         self._old_s[changed] = 0.0
 
