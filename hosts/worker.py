@@ -13,9 +13,9 @@ and the PS keep order, so it was lost); a second reply to a resent request count
 `spurious_retransmits`. After a resend, DONE goes out twice.
 
 Keys the switch aggregated (PUSH_ACK mask bit set) or holds in its cache (PULL_REPLY mask bit
-set) are "hot"; a cleared PUSH_ACK bit makes a key cold again. Hot keys travel in their own
-PULL and PUSH packets, so the switch can answer a whole pull from its cache and ack a whole
-push without involving the PS.
+set) are "hot"; a cleared PUSH_ACK bit makes a key cold again, for pulls as well. Hot keys
+travel in their own PULL and PUSH packets, so the switch can answer a whole pull from its
+cache and ack a whole push without involving the PS.
 
 Choices beyond the design: a PULL's `seq` is a per-worker pull request number (its own space,
 echoed in the reply); a DONE's `seq` is the index of the shard it is sent to (echoed in
@@ -357,7 +357,11 @@ class Worker:
                 if m.mask >> i & 1:
                     self.hot.add(key)
                 else:
+                    # No slot summed it in t, mostly because it left the hot set: its pull
+                    # of t+1 would miss and take its whole hot PULL to the PS (a PULL_REPLY
+                    # mask makes it cached again if it is; docs/design.md section 4).
                     self.hot.discard(key)
+                    self.cached.discard(key)
             self.counters["push_switch_acks" if m.flags & FLAG_FROM_SWITCH else "push_ps"] += 1
             return True
 

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -1042,47 +1043,93 @@ def test_pull_reply_marks_keys_the_cache_holds() -> None:
     assert out["ps"]["counters"]["writeback_rejected"] == 1
 
 
-def test_worker_groups_keys_the_cache_holds_as_hot(tmp_path) -> None:
-    # A fake PS marks every even key as cached in its PULL_REPLYs: the worker must push the
-    # even keys in packets of their own, already in the same iteration.
-    wl = zipf()
-    fake = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    fake.bind(("127.0.0.1", 0))
-    fake.settimeout(5)
-    pushes: list[tuple[int, ...]] = []
+class MaskingPS:
+    """A fake PS on loopback that answers PULLs and PUSHes with the masks `pull_mask` and
+    `push_mask` (key -> bit set?) give, and DONE until the `iterations`-th; it records the
+    PULLs' and PUSHes' (iteration, keys)."""
 
-    def serve() -> None:
+    def __init__(
+        self,
+        pull_mask: Callable[[int], bool],
+        push_mask: Callable[[int], bool],
+        iterations: int = 1,
+    ) -> None:
+        self.pull_mask, self.push_mask, self.iterations = pull_mask, push_mask, iterations
+        self.pulls: list[tuple[int, tuple[int, ...]]] = []
+        self.pushes: list[tuple[int, tuple[int, ...]]] = []
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(5)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
         while True:
             try:
-                data, addr = fake.recvfrom(2048)
+                data, addr = self.sock.recvfrom(2048)
             except OSError:
                 return
             m = decode(data)
             if m.op == Op.PULL:
-                mask = sum(1 << i for i, k in enumerate(m.keys) if k % 2 == 0)
+                self.pulls.append((m.iteration, m.keys))
+                mask = sum(1 << i for i, k in enumerate(m.keys) if self.pull_mask(k))
                 values = [0] * m.count
                 reply = encode(Op.PULL_REPLY, JOB, 0, m.seq, m.iteration, m.keys, values, mask=mask)
             elif m.op == Op.PUSH:
-                pushes.append(m.keys)
-                reply = encode(Op.PUSH_ACK, JOB, 0, m.seq, m.iteration)
+                self.pushes.append((m.iteration, m.keys))
+                mask = sum(1 << i for i, k in enumerate(m.keys) if self.push_mask(k))
+                reply = encode(Op.PUSH_ACK, JOB, 0, m.seq, m.iteration, mask=mask)
             else:
-                reply = encode(Op.DONE_ACK, JOB, 0, m.seq, m.iteration)
-                fake.sendto(reply, addr)
-                return
-            fake.sendto(reply, addr)
+                self.sock.sendto(encode(Op.DONE_ACK, JOB, 0, m.seq, m.iteration), addr)
+                if m.iteration >= self.iterations:
+                    return
+                continue
+            self.sock.sendto(reply, addr)
 
-    th = threading.Thread(target=serve, daemon=True)
-    th.start()
-    w = Worker(WorkerConfig(JOB, 0, [fake.getsockname()], 1, deadline=10), wl)
+    def close(self) -> None:
+        self.thread.join(5)
+        self.sock.close()
+
+
+def test_worker_groups_keys_the_cache_holds_as_hot(tmp_path) -> None:
+    # A fake PS marks every even key as cached in its PULL_REPLYs: the worker must push the
+    # even keys in packets of their own, already in the same iteration.
+    wl = zipf()
+    fake = MaskingPS(lambda k: k % 2 == 0, lambda k: False)
+    w = Worker(WorkerConfig(JOB, 0, [fake.sock.getsockname()], 1, deadline=10), wl)
     result = w.run()
-    th.join(5)
     w.close()
     fake.close()
+    pushes = [keys for _, keys in fake.pushes]
     keys = wl.pull_keys(0, 1)
     assert sorted(k for p in pushes for k in p) == sorted(keys.tolist())
     assert all(len({k % 2 for k in p}) == 1 for p in pushes)
     assert sum(1 for p in pushes if p[0] % 2 == 0) == -(-int(np.sum(keys % 2 == 0)) // 8)
     assert result.cpu is not None and result.cpu["user_s"] >= 0
+
+
+def test_a_key_whose_push_the_switch_did_not_sum_is_pulled_cold_next(tmp_path) -> None:
+    # The worker starts with 12 hot keys, all cached (its PULL_REPLYs say so). Iteration 1's
+    # PUSH_ACKs clear the bit of one of them, `left`: it has left the switch, whose cache
+    # would miss it in iteration 2 and send its whole hot PULL to the PS. Iteration 2 must
+    # pull `left` with the cold keys, and the other hot keys still in PULLs of their own.
+    wl = zipf()
+    drawn = [set(wl.pull_keys(0, t).tolist()) for t in (1, 2)]
+    hot = sorted(drawn[0] & drawn[1])[:12]
+    left = hot[0]
+    # (what the PS then says of `left` comes after iteration 2's PULLs are grouped)
+    fake = MaskingPS(lambda k: k in hot, lambda k: k in hot and k != left, iterations=2)
+    config = WorkerConfig(JOB, 0, [fake.sock.getsockname()], 2, deadline=10, hot_keys=hot)
+    w = Worker(config, wl)
+    w.run()
+    w.close()
+    fake.close()
+    second = [keys for t, keys in fake.pulls if t == 2]
+    still_hot = set(hot) - {left}
+    with_left = [set(keys) for keys in second if left in keys]
+    assert len(with_left) == 1 and not with_left[0] & still_hot
+    hot_pulls = [set(keys) for keys in second if set(keys) & still_hot]
+    assert hot_pulls and all(keys <= still_hot for keys in hot_pulls)
 
 
 def test_pulls_for_iterations_already_applied_are_not_answered() -> None:
