@@ -90,7 +90,10 @@ STOP_WAIT_S = 30.0  # a step in flight (a P4Runtime write) gets this long to end
 # went from 1.177 to 1.213 in offload's speedup over server-only (static 1.234), the next stayed at
 # 32.5 ms p50 either way (static 31.8). SCHED_IDLE, which yields to any thread that wakes, measured
 # no better (31.81 against 31.89 ms, seeds 4-9) and risks a stall: a thread preempted while it holds
-# the interpreter lock blocks its process's other threads until it runs again.
+# the interpreter lock blocks its process's other threads until it runs again. A step now takes
+# 2-3 ms of CPU (`python -m bench.loop_cpu`); without drift, a loop that steps but moves nothing
+# measured within noise of static, in this thread or in a process of its own session at autogroup
+# nice 19: what dynamic costs there is its moves (docs/hotset.md).
 LOOP_NICE = 19
 # The loop's policy (controller/online.py's defaults, which `hotagg-ctl hotkeys auto` shares),
 # tuned with bench/hotset_sim.py on the run's workload (Zipf 1.1 over 100,000 keys, 4 workers
