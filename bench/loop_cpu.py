@@ -4,8 +4,10 @@
 agents and the switch (experiment/hotset.py), so its CPU is what it can cost them. This
 replays the run's workload (Zipf 1.1 over 100,000 keys, 4 workers x 256 draws per iteration)
 into a PS `.live` frequency file, as the PS counts it (a hot key's `collected` once per
-iteration, a cold key's updates each), and steps the loop (controller/online.py, the run's
-settings) every `--every` iterations with an in-memory hot set in place of the switch. Each
+iteration in which any worker pushed it, a cold key's updates each), and steps the loop
+(controller/online.py's defaults, which the run uses) every `--every` iterations, with an
+in-memory hot set in place of the switch: 100 slots, starting with the 100 most likely keys
+(the run's warm-up picks 88-108 from its counts). Each
 part is the loop thread's CPU time (time.thread_time):
 - read: PSFrequencySource.read, the `.live` counters that moved since the last step;
 - estimate: ChangeRateEstimator.update, rates and the change test over every known key;
@@ -85,11 +87,10 @@ def replay(drift: str | None, seed: int, iterations: int, every: int) -> dict[st
         per_step: dict[str, list[float]] = defaultdict(list)
         for t in range(1, iterations + 1):
             live.begin(t)
-            for worker in range(workers):
-                drawn = workload.pull_keys(worker, t)
-                hot = np.fromiter((k in target.keys for k in drawn.tolist()), bool, len(drawn))
-                np.add.at(live.cold, drawn[~hot], 1)
-                np.add.at(live.collected, np.unique(drawn[hot]), 1)
+            drawn = np.concatenate([workload.pull_keys(w, t) for w in range(workers)])
+            hot = np.fromiter((k in target.keys for k in drawn.tolist()), bool, len(drawn))
+            np.add.at(live.cold, drawn[~hot], 1)
+            np.add.at(live.collected, np.unique(drawn[hot]), 1)  # once per iteration
             live.done(t)
             if t % every:
                 continue
@@ -106,7 +107,7 @@ def replay(drift: str | None, seed: int, iterations: int, every: int) -> dict[st
         }
         for part, v in per_step.items()
     }
-    moved = sum(len(r.added) for r in loop.history)
+    moved = sum(len(r.added) + len(r.removed) for r in loop.history)  # as the run counts
     return {"cpu_ms": ms, "rows": len(estimator.rates), "keys_moved": moved}
 
 
