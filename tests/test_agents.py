@@ -1046,7 +1046,7 @@ def test_pull_reply_marks_keys_the_cache_holds() -> None:
 class MaskingPS:
     """A fake PS on loopback that answers PULLs and PUSHes with the masks `pull_mask` and
     `push_mask` (key -> bit set?) give, and DONE until the `iterations`-th; it records the
-    PULLs' and PUSHes' (iteration, keys)."""
+    PULLs' and PUSHes' (iteration, keys) by seq, so a resent request counts once."""
 
     def __init__(
         self,
@@ -1055,8 +1055,8 @@ class MaskingPS:
         iterations: int = 1,
     ) -> None:
         self.pull_mask, self.push_mask, self.iterations = pull_mask, push_mask, iterations
-        self.pulls: list[tuple[int, tuple[int, ...]]] = []
-        self.pushes: list[tuple[int, tuple[int, ...]]] = []
+        self.pulls: dict[int, tuple[int, tuple[int, ...]]] = {}
+        self.pushes: dict[int, tuple[int, tuple[int, ...]]] = {}
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.settimeout(5)
@@ -1071,12 +1071,12 @@ class MaskingPS:
                 return
             m = decode(data)
             if m.op == Op.PULL:
-                self.pulls.append((m.iteration, m.keys))
+                self.pulls[m.seq] = (m.iteration, m.keys)
                 mask = sum(1 << i for i, k in enumerate(m.keys) if self.pull_mask(k))
                 values = [0] * m.count
                 reply = encode(Op.PULL_REPLY, JOB, 0, m.seq, m.iteration, m.keys, values, mask=mask)
             elif m.op == Op.PUSH:
-                self.pushes.append((m.iteration, m.keys))
+                self.pushes[m.seq] = (m.iteration, m.keys)
                 mask = sum(1 << i for i, k in enumerate(m.keys) if self.push_mask(k))
                 reply = encode(Op.PUSH_ACK, JOB, 0, m.seq, m.iteration, mask=mask)
             else:
@@ -1100,7 +1100,7 @@ def test_worker_groups_keys_the_cache_holds_as_hot(tmp_path) -> None:
     result = w.run()
     w.close()
     fake.close()
-    pushes = [keys for _, keys in fake.pushes]
+    pushes = [keys for _, keys in fake.pushes.values()]
     keys = wl.pull_keys(0, 1)
     assert sorted(k for p in pushes for k in p) == sorted(keys.tolist())
     assert all(len({k % 2 for k in p}) == 1 for p in pushes)
@@ -1124,7 +1124,7 @@ def test_a_key_whose_push_the_switch_did_not_sum_is_pulled_cold_next(tmp_path) -
     w.run()
     w.close()
     fake.close()
-    second = [keys for t, keys in fake.pulls if t == 2]
+    second = [keys for t, keys in fake.pulls.values() if t == 2]
     still_hot = set(hot) - {left}
     with_left = [set(keys) for keys in second if left in keys]
     assert len(with_left) == 1 and not with_left[0] & still_hot
