@@ -91,7 +91,7 @@ STOP_WAIT_S = 30.0  # a step in flight (a P4Runtime write) gets this long to end
 # 32.5 ms p50 either way (static 31.8). SCHED_IDLE, which yields to any thread that wakes, measured
 # no better (31.81 against 31.89 ms, seeds 4-9) and risks a stall: a thread preempted while it holds
 # the interpreter lock blocks its process's other threads until it runs again. A step now takes
-# 2-3 ms of CPU (`python -m bench.loop_cpu`); without drift, a loop that steps but moves nothing
+# ~3 ms of CPU (`python -m bench.loop_cpu`); without drift, a loop that steps but moves nothing
 # measured within noise of static, in this thread or in a process of its own session at autogroup
 # nice 19: what dynamic costs there is its moves (docs/hotset.md).
 LOOP_NICE = 19
