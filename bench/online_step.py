@@ -18,7 +18,6 @@ The machine is shared: the numbers are indicative; the RPC counts are exact.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from bench import emit
 
 SERVER = r"""
 import sys, threading
@@ -171,11 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         obs = src.read()
         results["freq_read_ms"] = round(1e3 * (time.perf_counter() - t), 2)
         assert len(obs.counts) == 1000
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    emit(results, args.out)
     return 0
 
 
