@@ -131,15 +131,14 @@ def simulate(
         def read(self) -> Observation:
             span = state["since"]
             counts = {k: float(n) for k, n in state["cold"].items()}
-            if state["collected"]:
-                ks = list(state["collected"])
-                est = updates_from_presence(
-                    np.array([state["collected"][k] for k in ks], float), span, workers
-                )
+            presence = {k: float(n) for k, n in state["collected"].items()}
+            if presence:
+                ks = list(presence)
+                est = updates_from_presence(np.array([presence[k] for k in ks]), span, workers)
                 for k, e in zip(ks, est.tolist()):
                     counts[k] = counts.get(k, 0.0) + e
             state["cold"], state["collected"], state["since"] = Counter(), Counter(), 0
-            return Observation(counts, None, span, True)
+            return Observation(counts, None, span, True, presence, workers)
 
     if policy == "decay":
         estimator: ChangeRateEstimator | RateEstimator = RateEstimator(decay, first_full=first_full)

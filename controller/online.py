@@ -25,6 +25,8 @@ Sources (all give counts of *updates*, i.e. worker push entries, since their pre
   With `collected=True` it also counts the hot keys' updates, estimated from the
   `collected` column (the iterations whose switch sum the PS collected) and the file's
   `workers` (`updates_from_presence`): the files then count every update, no switch read.
+  It passes the `collected` counts on too (`Observation.presence`): `ChangeRateEstimator`
+  models a hot key's steps as samples of that presence rather than as updates.
 - `CombinedSource`: the sum of several (switch hits + PS files: every update counted once).
 - `controller.sketch.SketchSource`: the in-switch sketch's reports (digests) and counters
   (p4src/include/sketch.p4, docs/design.md section 6). It sees candidates, not every key
@@ -42,7 +44,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -66,7 +68,7 @@ _Delta = tuple[int, int, int, np.ndarray, np.ndarray, np.ndarray]
 STEP_BATCH = 4096  # updates per Write RPC of a step (~200 KB, far below gRPC's 4 MB)
 # The loop's defaults, the same for `hotagg-ctl hotkeys auto` and `make run HOTSET=dynamic`
 # (tuned with bench/hotset_sim.py; experiment/hotset.py says on what and why).
-CHANGE_THRESHOLD = 7.0  # log-likelihood ratio (nats) at which a key's rate has changed
+CHANGE_THRESHOLD = 6.0  # log-likelihood ratio (nats) at which a key's rate has changed
 CHANGE_WINDOW = 6  # steps back in which a change can be placed
 DECAY = 0.5  # weight of the past rate per step (RateEstimator, `--decay`)
 FIRST_FULL = True  # a key seen for the first time starts at its count
@@ -84,6 +86,14 @@ class Observation:
     iteration: int | None = None  # the last iteration the counts reach, when known
     iterations: int | None = None  # iterations the counts span, when known
     complete: bool = False  # every key's updates are counted (the oracle can be computed)
+    # PSFrequencySource(collected=True): the hot keys' `collected` counts (iterations whose
+    # switch sum the PS collected) behind the estimates in `counts`, and the workers
+    presence: dict[int, float] | None = None
+    workers: int = 1
+    # set by OnlineController: keys in the hot set all through the counts, and keys that
+    # entered or left it while they were counted (the last step's changes)
+    hot: frozenset[int] = frozenset()
+    moved: frozenset[int] = frozenset()
 
 
 class RateSource(Protocol):
@@ -168,8 +178,10 @@ class PSFrequencySource:
         from hosts.stats import is_live
 
         counts: dict[int, float] = {}
+        presence: dict[int, float] | None = {} if self.collected else None
         iterations: list[int] = []
         spans: list[int] = []
+        workers = 1
         for path in self.paths:
             if not path.exists():
                 continue  # the PS has not written it yet
@@ -177,10 +189,13 @@ class PSFrequencySource:
                 since = self._live_delta(path) if is_live(path) else self._file_delta(path)
             except (OSError, ValueError) as exc:
                 raise BadInput(f"PS frequency file {path}: {exc}") from None
-            done, prev_done, workers, keys, cold, collected = since
+            done, prev_done, shard_workers, keys, cold, collected = since
             n = cold
-            if self.collected:
-                n = n + updates_from_presence(collected, done - prev_done, workers)
+            if presence is not None:
+                n = n + updates_from_presence(collected, done - prev_done, shard_workers)
+                seen = collected > 0
+                presence.update(zip(keys[seen].tolist(), collected[seen].tolist()))
+                workers = max(workers, shard_workers)
             moved = n > 0
             for key, c in zip(keys[moved].tolist(), n[moved].tolist()):
                 counts[key] = counts.get(key, 0.0) + c
@@ -191,6 +206,8 @@ class PSFrequencySource:
             iteration=max(iterations) if iterations else None,
             iterations=max(spans) if spans else None,
             complete=bool(iterations),
+            presence=presence,
+            workers=workers,
         )
 
     def _live_delta(self, path: Path) -> _Delta:
@@ -388,21 +405,59 @@ class Estimator(Protocol):
     def keys_at_least(self, rate: float) -> list[int]: ...
 
 
-def _loglik(n: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """Poisson log-likelihood of n counts in s iterations at their own rate n/s, without the
-    terms that cancel in a split's ratio (the counts before and after a split sum to the
-    whole, so its -n terms cancel too): n log(n/s), 0 where n or s is 0."""
-    counted = (n > 0) & (s > 0)  # n - n' of equal floats can leave ~1e-16 over s = 0
-    return n * np.log(np.where(counted, n, 1.0) / np.where(counted, s, 1.0))
+def _presence_rate(share: np.ndarray, workers: float) -> np.ndarray:
+    """Updates per iteration implied by the share of iterations a hot key was collected in
+    (updates_from_presence, per iteration)."""
+    return workers * (1.0 - (1.0 - np.clip(share, 0.0, 1.0)) ** (1.0 / workers))
+
+
+def _segment_rate(
+    n: np.ndarray, s: np.ndarray, c: np.ndarray, h: np.ndarray, workers: float
+) -> np.ndarray:
+    """A segment's rate from its cold steps (n updates in s iterations) and its hot steps (c
+    of h iterations collected): each part's rate weighted by its iterations."""
+    share = np.divide(c, h, out=np.zeros_like(c), where=h > 0)
+    total = s + h
+    return np.divide(
+        n + h * _presence_rate(share, workers), total, out=np.zeros_like(n), where=total > 0
+    )
+
+
+def _loglik(
+    n: np.ndarray, s: np.ndarray, c: np.ndarray, h: np.ndarray, workers: float
+) -> np.ndarray:
+    """A segment's log-likelihood at its own rate r (_segment_rate): Poisson for the cold
+    steps (n log r - r s), Bernoulli for the hot steps' presence (c log P + (h - c) log(1 - P),
+    P = 1 - (1 - r / workers)^workers, the chance some worker draws the key), without the
+    terms that cancel in a split's ratio (those of each step's own data)."""
+    r = _segment_rate(n, s, c, h, workers)
+    ll = n * np.log(np.where(n > 0, np.maximum(r, 1e-300), 1.0)) - r * s
+    if h.any():
+        p = 1.0 - (1.0 - np.clip(r / workers, 0.0, 1.0)) ** workers
+        p = np.clip(p, 1e-12, 1.0 - 1e-12)
+        ll += np.where(c > 0, c * np.log(p), 0.0)
+        ll += np.where(h > c, (h - c) * np.log(1.0 - p), 0.0)
+    return ll
 
 
 class ChangeRateEstimator(_KeyRows):
     """Per-key update rate as the mean since the key's rate last changed: the counts of its
     current segment over the iterations it spans. Each step adds the step's count (0 for a
     known key not counted) and tests whether the key's rate changed within the last `window`
-    steps: for each split point, the log-likelihood ratio of two Poisson rates (before, after)
+    steps: for each split point, the log-likelihood ratio of two rates (before, after)
     against one (a GLR change test). When the best split's ratio exceeds `threshold` nats the
     segment restarts there, and the counts before it are forgotten.
+
+    A key in the hot set all through a step (Observation.hot) is counted by its presence:
+    the PS collects its switch sum once per iteration in which some worker pushed it
+    (Observation.presence). Those steps are Bernoulli samples of P = 1 - (1 - r/workers)^
+    workers, and the segment's presence share is inverted once (updates_from_presence).
+    Inverting each step's share instead, as the updates PSFrequencySource adds to `counts`
+    do, is biased and noisy: over a step of 2 iterations a key at 1 update per iteration
+    reads 0, 1.3 or 8 updates (mean 2.1), so the change test saw changes that were not
+    there and the loop evicted steady keys. A key that entered or left the hot set during
+    a step (Observation.moved) counts nothing in it: its updates went partly to the switch,
+    partly to the PS. Without presence (other sources) every key's counts are updates.
 
     Why not exponential decay (RateEstimator): a drifting workload changes a key's rate
     abruptly (a key enters the popular head, or leaves it), and between changes the rate is
@@ -415,10 +470,12 @@ class ChangeRateEstimator(_KeyRows):
     observation that spans no iteration (the PS's files have not moved since the last step)
     is held and added to the next: a step is not a sample of zero.
 
-    `stderr(key)`: sqrt(rate / iterations of the segment), the error of a Poisson mean."""
+    `stderr(key)`: the Poisson error of the cold part, sqrt(r / s), and the presence part's
+    (the delta method on the share, kept below 1 by half a sample), weighted by their
+    iterations."""
 
-    _columns = ("_old_n", "_old_s", "_span")
-    _windows = ("_n", "_s")
+    _columns = ("_old_n", "_old_s", "_old_c", "_old_h", "_span", "_se")
+    _windows = ("_n", "_s", "_c", "_h")
 
     def __init__(
         self,
@@ -435,75 +492,122 @@ class ChangeRateEstimator(_KeyRows):
         super().__init__(forget)
         self.threshold, self.window = threshold, window
         self.changes = 0  # segments restarted (a key's rate seen to change)
+        self.workers = 1.0  # behind the presence counts (Observation.workers)
         self._held: dict[int, float] = {}
-        # Per row: counts and iterations of the segment before the last `window` steps, and of
-        # each of those steps (_n[j], _s[j]: step j of the window, the newest last).
-        self._old_n = np.zeros(0)
-        self._old_s = np.zeros(0)
-        self._n = np.zeros((window, 0))
-        self._s = np.zeros((window, 0))
-        # each row's iterations after the last update (and `_rate`, its rate): the policy asks
-        # for single keys' rates hundreds of times a step
-        self._span = np.zeros(0)
+        self._held_presence: dict[int, float] = {}
+        # Per row: cold updates and iterations (n, s), hot presence and iterations (c, h), of
+        # the segment before the last `window` steps (_old_*) and of each of those steps
+        # (_n[j], ...: step j of the window, the newest last). `_span` (each row's
+        # iterations), `_rate` and `_se` as of the last update: the policy asks for single
+        # keys' rates hundreds of times a step.
+        for name in self._columns:
+            setattr(self, name, np.zeros(0))
+        for name in self._windows:
+            setattr(self, name, np.zeros((window, 0)))
+
+    def _totals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return (
+            self._old_n + self._n.sum(axis=0),
+            self._old_s + self._s.sum(axis=0),
+            self._old_c + self._c.sum(axis=0),
+            self._old_h + self._h.sum(axis=0),
+        )
 
     def _refresh(self) -> None:
-        n = self._old_n + self._n.sum(axis=0)
-        self._span = self._old_s + self._s.sum(axis=0)
-        self._rate = np.divide(n, self._span, out=np.zeros_like(n), where=self._span > 0)
+        n, s, c, h = self._totals()
+        self._rate = _segment_rate(n, s, c, h, self.workers)
+        self._span = s + h
+        var_cold = np.divide(self._rate, s, out=np.zeros_like(s), where=s > 0)
+        share = np.divide(c, h, out=np.zeros_like(c), where=h > 0)
+        share = np.minimum(share, 1.0 - 0.5 / np.maximum(h, 1.0))
+        slope = (1.0 - share) ** (1.0 / self.workers - 1.0)  # d rate / d share, per iteration
+        var_hot = np.divide(
+            slope * slope * share * (1.0 - share), h, out=np.zeros_like(h), where=h > 0
+        )
+        num = s * s * var_cold + h * h * var_hot
+        den = self._span * self._span
+        self._se = np.sqrt(np.divide(num, den, out=np.zeros_like(num), where=den > 0))
+
+    def _grow(self, keys: list[int]) -> None:
+        """Empty rows for new keys: a new key's segment starts with this step."""
+        k = len(keys)
+        self._add_keys(keys)
+        for name in ("_rate", *self._columns):
+            setattr(self, name, np.concatenate([getattr(self, name), np.zeros(k)]))
+        for name in self._windows:
+            setattr(self, name, np.hstack([getattr(self, name), np.zeros((self.window, k))]))
 
     def update(self, obs: Observation) -> None:
-        counts_in = obs.counts
-        if self._held:  # counts of observations that spanned no iteration
-            counts_in = dict(self._held)
+        counts_in, presence_in = obs.counts, obs.presence or {}
+        if self._held or self._held_presence:  # observations that spanned no iteration
+            counts_in, presence_in = dict(self._held), dict(self._held_presence)
             for key, n in obs.counts.items():
                 counts_in[key] = counts_in.get(key, 0.0) + n
+            for key, n in (obs.presence or {}).items():
+                presence_in[key] = presence_in.get(key, 0.0) + n
         if obs.iterations == 0:  # the PS's files did not move: no time to count them over
-            self._held = counts_in
+            self._held, self._held_presence = counts_in, presence_in
             return
-        self._held = {}
+        self._held, self._held_presence = {}, {}
         per = float(obs.iterations if obs.iterations else 1)
+        hot = obs.hot - obs.moved if obs.presence is not None else frozenset()
+        if hot:
+            self.workers = float(obs.workers)
+        seen = list(dict.fromkeys([*counts_in, *hot]))
+        new_keys = [k for k in seen if k not in self._row]
+        if new_keys:
+            self._grow(new_keys)
         # the oldest step of the window joins the segment's older part; a new step opens
-        self._old_n += self._n[0]
-        self._old_s += self._s[0]
-        self._n[:-1] = self._n[1:]
-        self._s[:-1] = self._s[1:]
-        self._n[-1] = 0.0
+        for name in self._windows:
+            w = getattr(self, name)
+            getattr(self, "_old" + name)[:] += w[0]
+            w[:-1] = w[1:]
+            w[-1] = 0.0
         self._s[-1] = per  # a zero count is a sample too
-        rows, counts, new_keys, new_counts = self._split(counts_in)
-        if rows:  # each key once per observation
-            at = np.asarray(rows)
+        if seen:
+            at = np.asarray([self._row[k] for k in seen], np.intp)
             gone = at[self._rate[at] < self.forget]  # forgotten, not yet dropped: a new key
-            self._old_n[gone], self._old_s[gone] = 0.0, 0.0
-            self._n[:, gone], self._s[:-1, gone] = 0.0, 0.0
-            self._n[-1, at] = np.asarray(counts, float)
+            for name in self._windows:
+                getattr(self, name)[:-1, gone] = 0.0
+                getattr(self, "_old" + name)[gone] = 0.0
+        if hot:
+            at = np.asarray([self._row[k] for k in hot], np.intp)
+            self._s[-1, at], self._h[-1, at] = 0.0, per
+            present = [k for k in hot if k in presence_in]
+            if present:
+                collected = np.array([presence_in[k] for k in present])
+                self._c[-1, [self._row[k] for k in present]] = collected
+                # `counts` holds their presence as updates too; what is left is their
+                # updates at the PS (pushes the switch did not sum), counted on top
+                summed = updates_from_presence(collected, int(per), obs.workers)
+                counts_in = dict(counts_in)
+                for key, est in zip(present, summed.tolist()):
+                    counts_in[key] = counts_in.get(key, 0.0) - est
+        for key, n in counts_in.items():
+            self._n[-1, self._row[key]] = max(n, 0.0)
+        if obs.presence is not None and obs.moved:  # part switch, part PS: not a sample
+            rows = [self._row[k] for k in obs.moved if k in self._row]
+            for name in self._windows:
+                getattr(self, name)[-1, rows] = 0.0
         self._detect_changes()
-        if new_keys:  # a segment of one step: the key starts at its first count
-            k = len(new_keys)
-            self._add_keys(new_keys)
-            self._old_n = np.concatenate([self._old_n, np.zeros(k)])
-            self._old_s = np.concatenate([self._old_s, np.zeros(k)])
-            n, s = np.zeros((self.window, k)), np.zeros((self.window, k))
-            n[-1], s[-1] = np.asarray(new_counts, float), per
-            self._n, self._s = np.hstack([self._n, n]), np.hstack([self._s, s])
         self._refresh()
         self._compact()
 
     def _detect_changes(self) -> None:
         if not self._keys:
             return
-        n, s, window = self._n, self._s, self.window
-        total_n = self._old_n + n.sum(axis=0)
-        total_s = self._old_s + s.sum(axis=0)
-        whole = _loglik(total_n, total_s)
-        best = np.full(len(total_n), -np.inf)
-        split = np.zeros(len(total_n), np.intp)
-        after_n, after_s = np.zeros_like(total_n), np.zeros_like(total_s)
+        window, workers = self.window, self.workers
+        steps = (self._n, self._s, self._c, self._h)
+        total = self._totals()
+        whole = _loglik(*total, workers)
+        best = np.full(len(whole), -np.inf)
+        split = np.zeros(len(whole), np.intp)
+        after = [np.zeros_like(whole) for _ in steps]
         for j in range(window):  # the last j+1 steps against the rest of the segment
-            after_n = after_n + n[window - 1 - j]
-            after_s = after_s + s[window - 1 - j]
-            before_n, before_s = total_n - after_n, total_s - after_s
-            ratio = _loglik(after_n, after_s) + _loglik(before_n, before_s) - whole
-            ratio[(before_s <= 0) | (after_s <= 0)] = -np.inf
+            after = [a + x[window - 1 - j] for a, x in zip(after, steps)]
+            before = [t - a for t, a in zip(total, after)]
+            ratio = _loglik(*after, workers) + _loglik(*before, workers) - whole
+            ratio[(before[1] + before[3] <= 0) | (after[1] + after[3] <= 0)] = -np.inf
             better = ratio > best  # the first of equal splits, as argmax
             best = np.where(better, ratio, best)
             split = np.where(better, j, split)
@@ -512,14 +616,14 @@ class ChangeRateEstimator(_KeyRows):
             return
         self.changes += int(changed.size)
         keep = np.arange(window)[:, None] >= window - 1 - split[None, changed]
-        self._n[:, changed] = np.where(keep, self._n[:, changed], 0.0)
-        self._s[:, changed] = np.where(keep, self._s[:, changed], 0.0)
-        self._old_n[changed] = 0.0
-        self._old_s[changed] = 0.0
+        for name in self._windows:
+            w = getattr(self, name)
+            w[:, changed] = np.where(keep, w[:, changed], 0.0)
+            getattr(self, "_old" + name)[changed] = 0.0
 
     def stderr(self, key: int) -> float:
         i = self._live(key)
-        return 0.0 if i is None else math.sqrt(float(self._rate[i] / self._span[i]))
+        return 0.0 if i is None else float(self._se[i])
 
 
 @dataclass(frozen=True)
@@ -753,11 +857,15 @@ class OnlineController:
     log: Callable[[str], None] | None = None
     steps: int = 0
     history: list[StepReport] = field(default_factory=list)
+    # the last step's changes: those keys moved while the next step's counts were made
+    _moved: frozenset[int] = frozenset()
 
     def step(self) -> StepReport:
         start = time.perf_counter()
         current = self.target.current()
         obs = self.source.read()
+        if obs.presence is not None:
+            obs = replace(obs, hot=frozenset(current), moved=self._moved)
         self.estimator.update(obs)
         covered, total = coverage_of(obs.counts, current), sum(obs.counts.values())
         oracle = oracle_of(obs.counts, self.policy.budget) if obs.complete else None
@@ -765,6 +873,7 @@ class OnlineController:
         candidates = est.keys_at_least(self.policy.min_rate)  # the rest could not enter
         changes = self.policy.choose(current, est.rate, candidates, est.stderr)
         self.target.apply(changes)
+        self._moved = frozenset(changes.add) | frozenset(changes.remove)
         self.steps += 1
         hot = len(current) - len(changes.remove) + len(changes.add)
         report = StepReport(

@@ -100,10 +100,12 @@ LOOP_NICE = 19
 # x 256 draws, 88-108 slots; seeds 3-5, checked on 6-11; drift none, every=20/10/5 with
 # fraction 0.1/0.2/0.3), scored against the expected oracle, at lag 1 (a step's changes in
 # force an iteration after the next, as measured here):
-# - ChangeRateEstimator, CHANGE_THRESHOLD 7 nats over CHANGE_WINDOW 6 steps: a key's rate
-#   is the mean since it last changed. Under drift a key's rate jumps (it enters or leaves
-#   the head) and then holds. Exponential decay (RateEstimator, DECAY 0.5, MARGIN 1.0:
-#   the loop's estimator until this one) had one memory for both: it followed a jump
+# - ChangeRateEstimator, CHANGE_THRESHOLD 6 nats over CHANGE_WINDOW 6 steps: a key's rate
+#   is the mean since it last changed (the figures below are from before it counted hot keys
+#   by their presence, at 7 nats; the last item says what that changed). Under drift a key's
+#   rate jumps (it enters or leaves the head) and then holds. Exponential decay
+#   (RateEstimator, DECAY 0.5, MARGIN 1.0: the loop's estimator until this one) had one
+#   memory for both: it followed a jump
 #   within a step or two, but it also estimated steady keys from ~4 iterations of counts,
 #   so the noise test held back the keys near the boundary (~1 update per iteration).
 #   Per iteration since an epoch start (every=10,fraction=0.2), decay reached 0.85 of the
@@ -137,6 +139,17 @@ LOOP_NICE = 19
 # 0.860 by phase), a loop that knew the distribution 0.96. A step's changes land 2-3
 # iterations after the epoch start (a step every 2 iterations, in force one later): those
 # iterations alone cost ~0.05.
+# - Hot keys counted by their presence (Bernoulli steps, the segment's share inverted once),
+#   not by each step's share inverted on its own (0, 1.3 or 8 updates over 2 iterations for
+#   a key at 1 per iteration): a third of the swaps without drift had evicted a steady key
+#   after a change that was not there. With it, in the simulator (seeds 3-8 without drift,
+#   3-5 with, both step phases): 7 nats moved 23.7 keys without drift instead of 45.3, and
+#   kept 0.871 at 2% instead of 0.877; 6 nats 27.7 and 0.878 (0.889 / 0.866 by phase); 5.5
+#   31.3 and 0.879; 5 36.7 and 0.882; 4.5 45.7 and 0.884. In `make run` (embedded, seeds
+#   4-15 without drift, 4-9 at 2%) 6 nats moved 24 keys (median) without drift instead of
+#   44, in 9.8 moving steps per 100 iterations instead of 16.3, and kept 0.882 at
+#   every=11,fraction=0.22 (before: 0.885) and 0.894 at every=10,fraction=0.2 (0.903);
+#   5 and 5.5 nats kept as much within 0.004 and moved 39 and 30 keys. docs/hotset.md.
 # Also tried with ChangeRateEstimator and left out: the hot keys' exact counts instead of presence
 # (fewer moves without drift, 22, but 0.877 at 2%: presence overstates a rare member's
 # rate, which makes its leaving stand out sooner), a binomial variance for counts capped
