@@ -48,8 +48,22 @@ PARTS = (
     "writebacks",
 )
 TIMES = PARTS[:4]
-# config.json fields that may differ between the two runs of a pair
-RUN_FIELDS = {"hotset", "run_id", "runs_dir", "intf_prefix", "grpc_ports", "grpc_base_port", "topo"}
+# config.json fields that may differ within a pair: the mode, each run's own ids, ports
+# and paths, and what a run measured (initial_rto_ms from the warm-up's round trip, the
+# bandwidth BW=auto chose)
+RUN_FIELDS = {
+    "hotset",
+    "run_id",
+    "runs_dir",
+    "intf_prefix",
+    "grpc_ports",
+    "grpc_base_port",
+    "topo",
+    "keep",
+    "initial_rto_ms",
+    "bw_auto",
+    "link_bandwidth_mbps",
+}
 
 
 class PairError(ValueError):
@@ -76,7 +90,9 @@ def iterations(run: Path) -> dict[int, dict[str, float]]:
     for ps in sorted(phase.glob("ps*.csv")):
         with open(ps, newline="") as f:
             for row in csv.DictReader(f):
-                if row["op"] == "WRITEBACK":  # tagged t+1, sent in t's barrier
+                # tagged t+1, sent in t's barrier; one never answered has no iteration in
+                # the log (the PS gave up on it), so it cannot be placed
+                if row["op"] == "WRITEBACK" and row["iteration"]:
                     writebacks[int(row["iteration"]) - 1] += 1
     out = {}
     for t, cell in times.items():

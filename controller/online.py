@@ -206,7 +206,7 @@ class PSFrequencySource:
             iteration=max(iterations) if iterations else None,
             iterations=max(spans) if spans else None,
             complete=bool(iterations),
-            presence=presence,
+            presence=presence if iterations else None,
             workers=workers,
         )
 
@@ -414,13 +414,50 @@ def _presence_rate(share: np.ndarray, workers: float) -> np.ndarray:
 def _segment_rate(
     n: np.ndarray, s: np.ndarray, c: np.ndarray, h: np.ndarray, workers: float
 ) -> np.ndarray:
-    """A segment's rate from its cold steps (n updates in s iterations) and its hot steps (c
-    of h iterations collected): each part's rate weighted by its iterations."""
+    """A segment's rate, the maximum of its likelihood (_loglik), from its cold steps (n
+    updates in s iterations) and its hot steps (c of h iterations collected). One kind of
+    steps: n/s, or the presence share inverted; both (a key that moved in or out within the
+    segment): Newton's method on the log-likelihood, which is concave in r, started from
+    the two parts' rates weighted by their iterations."""
     share = np.divide(c, h, out=np.zeros_like(c), where=h > 0)
     total = s + h
-    return np.divide(
+    rate = np.divide(
         n + h * _presence_rate(share, workers), total, out=np.zeros_like(n), where=total > 0
     )
+    mixed = np.flatnonzero((s > 0) & (h > 0))
+    if mixed.size:
+        rate[mixed] = _mixed_rate(n[mixed], s[mixed], c[mixed], h[mixed], workers, rate[mixed])
+    return rate
+
+
+def _mixed_rate(
+    n: np.ndarray,
+    s: np.ndarray,
+    c: np.ndarray,
+    h: np.ndarray,
+    workers: float,
+    start: np.ndarray,
+    steps: int = 12,
+) -> np.ndarray:
+    """argmax over 0 < r < workers of n log r - r s + c log P + (h - c) log(1 - P), with
+    P = 1 - u^workers, u = 1 - r/workers (Newton; a step goes at most 90% of the way to
+    either bound, and r stays within 1e-9 of them, where u and 1 - u^workers are still
+    nonzero floats)."""
+    w = workers
+    lo, hi = 1e-9 * w, w * (1.0 - 1e-9)
+    r = np.clip(start, lo, hi)
+    for _ in range(steps):
+        u = 1.0 - r / w
+        uw = u**w
+        g = u ** (w - 1.0) / (1.0 - uw)  # d log P / dr
+        d1 = n / r - s + c * g - (h - c) / u
+        dg = ((w - 1.0) * u ** (w - 2.0) * (1.0 - uw) + w * u ** (2.0 * w - 2.0)) / (
+            (1.0 - uw) ** 2
+        )
+        d2 = -n / (r * r) - c * dg / w - (h - c) / (w * u * u)
+        nxt = r - d1 / np.minimum(d2, -1e-12)
+        r = np.clip(np.clip(nxt, 0.1 * r, r + 0.9 * (w - r)), lo, hi)
+    return r
 
 
 def _loglik(
@@ -453,11 +490,12 @@ class ChangeRateEstimator(_KeyRows):
     (Observation.presence). Those steps are Bernoulli samples of P = 1 - (1 - r/workers)^
     workers, and the segment's presence share is inverted once (updates_from_presence).
     Inverting each step's share instead, as the updates PSFrequencySource adds to `counts`
-    do, is biased and noisy: over a step of 2 iterations a key at 1 update per iteration
-    reads 0, 1.3 or 8 updates (mean 2.1), so the change test saw changes that were not
-    there and the loop evicted steady keys. A key that entered or left the hot set during
-    a step (Observation.moved) counts nothing in it: its updates went partly to the switch,
-    partly to the PS. Without presence (other sources) every key's counts are updates.
+    do, is biased and noisy: a key at 1 update per iteration reads 0, 1.3 or 8 updates in a
+    step of 2 iterations (mean 4.3, i.e. 2.1 per iteration), so the change test saw changes
+    that were not there and the loop evicted steady keys. A key that entered or left the
+    hot set during a step (Observation.moved) counts nothing in it: its updates went partly
+    to the switch, partly to the PS. Without presence (other sources) every key's counts
+    are updates.
 
     Why not exponential decay (RateEstimator): a drifting workload changes a key's rate
     abruptly (a key enters the popular head, or leaves it), and between changes the rate is
@@ -575,16 +613,13 @@ class ChangeRateEstimator(_KeyRows):
             self._s[-1, at], self._h[-1, at] = 0.0, per
             present = [k for k in hot if k in presence_in]
             if present:
-                collected = np.array([presence_in[k] for k in present])
-                self._c[-1, [self._row[k] for k in present]] = collected
-                # `counts` holds their presence as updates too; what is left is their
-                # updates at the PS (pushes the switch did not sum), counted on top
-                summed = updates_from_presence(collected, int(per), obs.workers)
-                counts_in = dict(counts_in)
-                for key, est in zip(present, summed.tolist()):
-                    counts_in[key] = counts_in.get(key, 0.0) - est
+                self._c[-1, [self._row[k] for k in present]] = [presence_in[k] for k in present]
+        # A hot key's step is its presence alone: `counts` holds that presence as updates,
+        # and the few entries of it the switch did not sum (a slot conflict) went to the PS
+        # in iterations its presence mostly counts already.
         for key, n in counts_in.items():
-            self._n[-1, self._row[key]] = max(n, 0.0)
+            if key not in hot:
+                self._n[-1, self._row[key]] = n
         if obs.presence is not None and obs.moved:  # part switch, part PS: not a sample
             rows = [self._row[k] for k in obs.moved if k in self._row]
             for name in self._windows:
@@ -873,7 +908,10 @@ class OnlineController:
         candidates = est.keys_at_least(self.policy.min_rate)  # the rest could not enter
         changes = self.policy.choose(current, est.rate, candidates, est.stderr)
         self.target.apply(changes)
-        self._moved = frozenset(changes.add) | frozenset(changes.remove)
+        moved = frozenset(changes.add) | frozenset(changes.remove)
+        # an observation that spanned no iteration is held and counted with the next one,
+        # which then spans this step's moves too
+        self._moved = self._moved | moved if obs.iterations == 0 else moved
         self.steps += 1
         hot = len(current) - len(changes.remove) + len(changes.add)
         report = StepReport(

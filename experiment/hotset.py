@@ -130,10 +130,11 @@ LOOP_NICE = 19
 # - MIN_RATE 1.0: the warm-up's own rule: a slot is collected every iteration, so a key
 #   updated less often costs the PS more than the switch saves it (0.7: +0.004 at 2%, and
 #   61 keys moved without drift).
-# - CONFIDENCE 2.0: a swap must also beat both rates' noise by 2 standard errors (Poisson
-#   counts: the estimators' `stderr`). Without it the loop chases noise when nothing drifts
-#   (with decay: 277 keys moved per 100 iterations instead of 40, at equal coverage);
-#   1.8: 0.896 at 2%, 57 moved without drift.
+# - CONFIDENCE 2.0: a swap must also beat both rates' noise by 2 standard errors (the
+#   estimators' `stderr`: Poisson for counted updates, Bernoulli for a hot key's
+#   presence). Without it the loop chases noise when nothing drifts (with decay: 277 keys
+#   moved per 100 iterations instead of 40, at equal coverage); 1.8: 0.896 at 2%, 57 moved
+#   without drift.
 # What these settings do not change (`bench.hotset_sim --sweep`, both step phases): at a
 # head turnover of 2% per iteration the loop keeps 0.88 of the expected oracle (0.894 and
 # 0.860 by phase), a loop that knew the distribution 0.96. A step's changes land 2-3
