@@ -150,6 +150,12 @@ class SwitchHitsSource:
         return Observation(counts)
 
 
+def _presence_rate(share: np.ndarray, workers: float) -> np.ndarray:
+    """Updates per iteration implied by the share of iterations a hot key was collected in
+    (updates_from_presence's inversion, per iteration)."""
+    return workers * (1.0 - (1.0 - np.clip(share, 0.0, 1.0)) ** (1.0 / workers))
+
+
 def updates_from_presence(collected: np.ndarray, span: int, workers: int) -> np.ndarray:
     """Worker updates implied by a hot key's `collected` count: the PS collects a key's sum
     once per iteration in which at least one of `workers` pushed it, so over `span`
@@ -157,8 +163,7 @@ def updates_from_presence(collected: np.ndarray, span: int, workers: int) -> np.
     worker's chance to draw the key (workers draw independently from one distribution), and
     the updates are span * workers * q. A key collected every iteration (P = 1) gets the
     most it could have, `workers` per iteration: such a key is never the weakest member."""
-    share = np.minimum(collected / max(span, 1), 1.0)
-    return max(span, 1) * workers * (1.0 - (1.0 - share) ** (1.0 / workers))
+    return max(span, 1) * _presence_rate(collected / max(span, 1), workers)
 
 
 class PSFrequencySource:
@@ -327,6 +332,16 @@ class _KeyRows:
         self._row.update(zip(keys, range(base, base + len(keys))))
         self._keys += keys
 
+    def _grow(self, keys: list[int]) -> None:
+        """New keys indexed, with rows of zeros in `_rate`, `_columns` and `_windows`."""
+        k = len(keys)
+        self._add_keys(keys)
+        for name in ("_rate", *self._columns):
+            setattr(self, name, np.concatenate([getattr(self, name), np.zeros(k)]))
+        for name in self._windows:
+            steps = getattr(self, name)
+            setattr(self, name, np.hstack([steps, np.zeros((steps.shape[0], k))]))
+
     def _compact(self) -> None:
         """Drop the forgotten rows once they are a quarter of the table (amortized)."""
         dead = self._rate < self.forget
@@ -403,12 +418,6 @@ class Estimator(Protocol):
     def stderr(self, key: int) -> float: ...
 
     def keys_at_least(self, rate: float) -> list[int]: ...
-
-
-def _presence_rate(share: np.ndarray, workers: float) -> np.ndarray:
-    """Updates per iteration implied by the share of iterations a hot key was collected in
-    (updates_from_presence, per iteration)."""
-    return workers * (1.0 - (1.0 - np.clip(share, 0.0, 1.0)) ** (1.0 / workers))
 
 
 def _segment_rate(
@@ -565,15 +574,6 @@ class ChangeRateEstimator(_KeyRows):
         num = s * s * var_cold + h * h * var_hot
         den = self._span * self._span
         self._se = np.sqrt(np.divide(num, den, out=np.zeros_like(num), where=den > 0))
-
-    def _grow(self, keys: list[int]) -> None:
-        """Empty rows for new keys: a new key's segment starts with this step."""
-        k = len(keys)
-        self._add_keys(keys)
-        for name in ("_rate", *self._columns):
-            setattr(self, name, np.concatenate([getattr(self, name), np.zeros(k)]))
-        for name in self._windows:
-            setattr(self, name, np.hstack([getattr(self, name), np.zeros((self.window, k))]))
 
     def update(self, obs: Observation) -> None:
         counts_in, presence_in = obs.counts, obs.presence or {}
