@@ -40,7 +40,9 @@ import itertools
 import json
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -109,6 +111,10 @@ def simulate(
     hot_slots: int = 256,
     trace: bool = False,
 ) -> dict:
+    """One run (module doc). With `trace`, also per iteration the coverage and the expected
+    oracle's share (`coverage_per_iteration`, `expected_oracle_per_iteration`) and, for the
+    online loops, per step what it leaves out of the expected oracle once its changes are in
+    force (`steps`, missing_shares())."""
     if policy not in POLICIES:
         raise ValueError(f"policy {policy!r}: one of {', '.join(POLICIES)}")
     if not 0 <= lag < every:  # a step would choose from a set that misses pending changes
@@ -154,6 +160,8 @@ def simulate(
     )
     pending: list[tuple[int, Changes]] = []
     cov, hind, expd = [], [], []
+    steps: list[dict] = []
+    expected_rate = workers * wl.draw_probability(keys) if trace else None
     moved = 0
     for t in range(1, iterations + 1):
         while pending and pending[0][0] <= t:
@@ -183,6 +191,14 @@ def simulate(
                 r = loop.step()
                 target.apply = held
                 ch = Changes(r.added, r.removed)
+                in_force = t + 1 + lag
+                if expected_rate is not None and in_force <= iterations:
+                    kept = (before - set(ch.remove)) | set(ch.add)
+                    ranked = wl.hottest(keys, in_force)
+                    shares = missing_shares(
+                        kept, ranked, expected_rate, budget, estimator.rate, min_rate
+                    )
+                    steps.append({"iteration": t, "in_force": in_force, **shares})
             moved += len(ch.add) + len(ch.remove)
             assert set(ch.remove) <= before
             if lag:
@@ -190,7 +206,11 @@ def simulate(
             else:
                 target.apply(ch)
     c, h, e = float(np.mean(cov)), float(np.mean(hind)), float(np.mean(expd))
-    per_iteration = {"coverage_per_iteration": cov} if trace else {}
+    per_iteration = (
+        {"coverage_per_iteration": cov, "expected_oracle_per_iteration": expd, "steps": steps}
+        if trace
+        else {}
+    )
     return {
         **per_iteration,
         "coverage": round(c, 4),
@@ -201,6 +221,144 @@ def simulate(
         "budget": budget,
         "keys_moved": moved,
     }
+
+
+def missing_shares(
+    kept: set[int],
+    ranked: np.ndarray,
+    expected_rate: np.ndarray,
+    budget: int,
+    rate: Callable[[int], float],
+    min_rate: float,
+) -> dict[str, float]:
+    """What a hot set leaves out of the expected oracle (the `budget` most likely keys,
+    `ranked` hottest first, each expected to get `expected_rate` updates per iteration), as
+    shares of the oracle's expected updates, by what the loop's estimator made of the keys
+    it left out: `unseen` (no rate: never counted, or forgotten), `below_min` (rated below
+    the policy's minimum rate), `held_back` (rated above it, but the margin, the noise test
+    or the step's limit kept them out); and `outside`, what the set's keys outside the
+    oracle are expected to get instead. The set's expected loss is the three minus
+    `outside`."""
+    total = float(expected_rate[:budget].sum())
+    shares = {"unseen": 0.0, "below_min": 0.0, "held_back": 0.0}
+    oracle = ranked[:budget].tolist()
+    for key, expected in zip(oracle, expected_rate[:budget].tolist()):
+        if key in kept:
+            continue
+        r = rate(key)
+        kind = "unseen" if r <= 0 else "below_min" if r < min_rate else "held_back"
+        shares[kind] += expected / total
+    rank_of = np.empty(len(ranked), np.intp)
+    rank_of[ranked] = np.arange(len(ranked))
+    outside = sorted(kept - set(oracle))
+    shares["outside"] = float(expected_rate[rank_of[outside]].sum()) / total if outside else 0.0
+    return shares
+
+
+def epoch_profile(
+    drift: str, seeds: list[int], iterations: int = 100, lag: int = SWEEP_LAG, every: int = 2
+) -> dict:
+    """Coverage over the expected oracle by iteration since the drift's last epoch start,
+    for the informed and the online loop at each step phase (seeds pooled: the sum of
+    coverage over the sum of the expected oracle at each offset), and the online loop's
+    missing_shares() by the offset at which each step's changes come in force. The first
+    epoch is left out: the warm-up's set is right for it. This is where an online loop loses
+    against one that knows the distribution, and on which keys."""
+    spec = DriftSpec.parse(drift)
+    if spec is None or not spec.fraction:
+        raise ValueError(f"drift {drift!r}: the profile needs a drift that moves keys")
+    period = spec.every
+    if iterations <= period:
+        raise ValueError(f"{iterations} iterations: the profile needs more than every={period}")
+    rows = []
+    for policy in ("informed", "dynamic"):
+        for phase in range(every):
+            cov, exp = np.zeros(period), np.zeros(period)
+            kinds = ("unseen", "below_min", "held_back", "outside")
+            missing, n_steps = np.zeros((len(kinds), period)), np.zeros(period)
+            for seed in seeds:
+                run = simulate(
+                    drift, seed, iterations, every=every, lag=lag, phase=phase, policy=policy,
+                    trace=True,
+                )  # fmt: skip
+                for t in range(period + 1, iterations + 1):
+                    cov[(t - 1) % period] += run["coverage_per_iteration"][t - 1]
+                    exp[(t - 1) % period] += run["expected_oracle_per_iteration"][t - 1]
+                for step in run["steps"]:
+                    if step["in_force"] > period:
+                        at = (step["in_force"] - 1) % period
+                        missing[:, at] += [step[k] for k in kinds]
+                        n_steps[at] += 1
+            row: dict[str, Any] = {
+                "policy": policy,
+                "phase": phase,
+                "ratio_by_offset": (cov / exp).round(4).tolist(),
+                "ratio": round(float(cov.sum() / exp.sum()), 4),
+            }
+            if n_steps.any():
+                with np.errstate(invalid="ignore"):
+                    by = missing / n_steps
+                row["missing_by_offset"] = {
+                    k: [None if np.isnan(v) else round(float(v), 4) for v in by[i]]
+                    for i, k in enumerate(kinds)
+                }
+            rows.append(row)
+    return {"drift": drift, "seeds": seeds, "lag": lag, "every": every, "rows": rows}
+
+
+def plot_epoch_profile(path: Path, profile: dict) -> None:
+    """Coverage / expected oracle by iteration since an epoch start, per loop and step
+    phase; below, what the online loop's set leaves out of the expected oracle (by kind)
+    at the offsets its steps come in force, pooled over phases."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = profile["rows"]
+    period = len(rows[0]["ratio_by_offset"])
+    x = np.arange(period)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 6), sharex=True)
+    for row in rows:
+        color = "gray" if row["policy"] == "informed" else "tab:blue"
+        top.plot(
+            x, row["ratio_by_offset"], color=color, ls="-" if row["phase"] == 0 else "--",
+            marker="o", ms=3,
+            label=f"{LABELS[row['policy']]}, steps after iterations = {row['phase']} "
+            f"mod {profile['every']} (mean {row['ratio']:.3f})",
+        )  # fmt: skip
+    top.axhline(0.9, color="black", ls=":", lw=1)
+    top.set_ylabel("coverage / expected oracle")
+    top.set_ylim(0.5, 1.02)
+    top.grid(alpha=0.3)
+    top.legend(fontsize=7, loc="lower right")
+    top.set_title(f"After an epoch start ({profile['drift']}; simulated, lag {profile['lag']})",
+                  fontsize=10)  # fmt: skip
+    online = [r for r in rows if "missing_by_offset" in r]
+    kinds = ("unseen", "below_min", "held_back")
+    colors = ("tab:red", "tab:orange", "tab:purple")
+    base = np.zeros(period)
+    for kind, color in zip(kinds, colors):
+        vals = np.nanmean(
+            [[np.nan if v is None else v for v in r["missing_by_offset"][kind]] for r in online],
+            axis=0,
+        )
+        vals = np.nan_to_num(vals)
+        bottom.bar(x, vals, bottom=base, color=color, label=f"oracle keys left out: {kind}")
+        base += vals
+    outside = np.nan_to_num(np.nanmean(
+        [[np.nan if v is None else v for v in r["missing_by_offset"]["outside"]] for r in online],
+        axis=0,
+    ))  # fmt: skip
+    bottom.plot(x, outside, color="black", marker="_", ms=12, ls="none",
+                label="what the set's keys outside the oracle get instead")  # fmt: skip
+    bottom.set_xlabel("iteration since the epoch start (0: the first at the new head)")
+    bottom.set_ylabel("share of the expected oracle")
+    bottom.grid(alpha=0.3)
+    bottom.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def sweep(
@@ -335,16 +493,35 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument(
         "--sweep", action="store_true", help="the policies over SWEEP_DRIFTS (and a .png)"
     )
+    mode.add_argument(
+        "--epochs",
+        metavar="DRIFT",
+        help="coverage by iteration since an epoch start, and what the loop leaves out "
+        "(epoch_profile(); and a .png)",
+    )
     p.add_argument("--seeds", default="3,4,5")
     p.add_argument(
         "--drifts",
         default="none,every=10,fraction=0.2;every=5,fraction=0.3",
         help="without --sweep",
     )
-    p.add_argument("--iterations", type=int, default=100, help="per run, with --sweep")
+    p.add_argument("--iterations", type=int, default=100, help="per run, with --sweep/--epochs")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
+    if args.epochs:
+        try:
+            profile = epoch_profile(args.epochs, seeds, args.iterations)
+        except ValueError as e:  # a bad drift (WorkloadError is one too)
+            p.error(str(e))
+        for row in profile["rows"]:
+            ratios = " ".join(f"{v:.3f}" for v in row["ratio_by_offset"])
+            print(f"{row['policy']:8s} phase {row['phase']}: {ratios} | {row['ratio']:.3f}")
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(profile, indent=1) + "\n")
+            plot_epoch_profile(args.out.with_suffix(".png"), profile)
+        return 0
     if args.sweep:
         rows = sweep(seeds, iterations=args.iterations)
     else:

@@ -249,6 +249,13 @@ class ZipfWorkload(Workload):
         controller finds; the oracle's choice under drift)."""
         return self._keys_at(np.arange(min(n, self.key_space)), iteration)
 
+    def draw_probability(self, n: int) -> np.ndarray:
+        """Per rank 0..n-1, the chance that one worker's iteration pulls (and pushes) the key
+        at that rank: `keys_per_iter` draws, duplicates merged. Times the workers, a key's
+        expected updates per iteration (drift moves keys between ranks, not probabilities)."""
+        p = np.diff(self._cdf[: min(n, self.key_space)], prepend=0.0)
+        return -np.expm1(self.keys_per_iter * np.log1p(-np.minimum(p, 1.0)))
+
     def pull_keys(self, worker: int, iteration: int) -> np.ndarray:
         u = _rng(self.seed, _KEYS, worker, iteration).random(self.keys_per_iter)
         ranks = np.minimum(np.searchsorted(self._cdf, u, side="right"), self.key_space - 1)

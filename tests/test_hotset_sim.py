@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench import hotset_sim
@@ -98,3 +99,66 @@ def test_the_sweep_writes_every_policy_at_every_drift_and_a_figure(tmp_path: Pat
     assert all(0 <= r["coverage"] <= r["oracle"] <= 1 for r in rows)
     png = out.with_suffix(".png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_draw_probability_is_what_the_workers_draw() -> None:
+    # The workers' own stream, 300 iterations of 4 workers, pooled over rank bands so that
+    # one key's luck does not decide it.
+    wl = ZipfWorkload(100_000, 1.1, 256, seed=4)
+    expected = 4 * wl.draw_probability(200)
+    counts: Counter[int] = Counter()
+    for t in range(1, 301):
+        for worker in range(4):
+            counts.update(wl.pull_keys(worker, t).tolist())
+    seen = [counts[int(k)] / 300 for k in wl.hottest(200)]
+    for lo, hi in ((0, 10), (10, 50), (50, 200)):
+        assert sum(seen[lo:hi]) == pytest.approx(sum(expected[lo:hi]), rel=0.03)
+    assert expected[0] <= 4.0 and all(a >= b for a, b in zip(expected, expected[1:]))
+
+
+def test_missing_shares_sorts_the_left_out_oracle_keys_by_what_the_loop_made_of_them() -> None:
+    ranked = np.array([5, 3, 8, 1, 0, 2, 4, 6, 7])  # keys, hottest first
+    expected = np.array([4.0, 3.0, 2.0, 1.5, 1.0, 0.8, 0.5, 0.2, 0.1])
+    rates = {5: 3.9, 3: 0.6, 8: 2.2, 6: 1.0}  # 1 unknown, 3 below the minimum, 8 held back
+    kept = {5, 6, 7, 0}  # 1, 3 and 8 left out of the top 5; 6 and 7 outside it
+    shares = hotset_sim.missing_shares(kept, ranked, expected, 5, lambda k: rates.get(k, 0.0), 1.0)
+    total = expected[:5].sum()
+    assert shares == pytest.approx(
+        {"unseen": 1.5 / total, "below_min": 3.0 / total, "held_back": 2.0 / total,
+         "outside": (0.2 + 0.1) / total}
+    )  # fmt: skip
+
+
+def test_the_epoch_profile_lines_up_iterations_with_the_epoch_starts(tmp_path: Path) -> None:
+    # every=6: epochs start at 7, 13, 19. The informed loop's step after an epoch's first
+    # iteration (phase 1: after 7) is in force from its third (lag 1): it is right from
+    # there to the epoch's end, and short before it. The online loop's steps chosen before
+    # an epoch start leave out keys it has never seen; later ones far fewer.
+    out = tmp_path / "epochs.json"
+    assert (
+        hotset_sim.main(
+            ["--epochs", "every=6,fraction=0.5", "--seeds", "7", "--iterations", "30",
+             "--out", str(out)]
+        )
+        == 0
+    )  # fmt: skip
+    profile = json.loads(out.read_text())
+    rows = {(r["policy"], r["phase"]): r for r in profile["rows"]}
+    informed = rows["informed", 1]["ratio_by_offset"]
+    assert informed[2:] == pytest.approx([1.0] * 4)
+    assert max(informed[:2]) < 0.95
+    unseen = rows["dynamic", 0]["missing_by_offset"]["unseen"]
+    # phase 0 steps after even iterations, in force at even ones: offsets 1, 3, 5 (the one
+    # at 1, e.g. iteration 14, was chosen after 12, before the epoch start at 13)
+    assert unseen[0] is None and unseen[2] is None and unseen[4] is None
+    assert unseen[1] > 0.1 > unseen[5]
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_epoch_profile_refuses_a_drift_that_moves_nothing() -> None:
+    with pytest.raises(SystemExit):
+        hotset_sim.main(["--epochs", "none", "--seeds", "1"])
+    with pytest.raises(ValueError, match="moves keys"):
+        hotset_sim.epoch_profile("every=5,fraction=0", [1], 20)
+    with pytest.raises(ValueError, match="more than every=10"):
+        hotset_sim.epoch_profile("every=10,fraction=0.2", [1], 10)
