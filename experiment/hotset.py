@@ -166,6 +166,11 @@ LOOP_NICE = 19
 # 0.89), decay 0.3-0.9, resetting a rate on a 2.5-3 sigma jump, a longest-consistent-window
 # estimator, a drift detector that relaxed the noise test (0.894 at 2%, 97 moves without
 # drift).
+# With presence counting (docs/hotset.md, "After an epoch start", which breaks the 2% gap down
+# by iteration and key): a weaker noise test, margin 0.3, a minimum rate of 0.5-0.8, a score
+# test, weaker tests for fresh candidates or against weak members (0.872-0.892 at 2%, 29-241
+# keys moved without drift, against 0.877 and 27.7), and a step every iteration (simulator
+# 0.897; `make run` 0.887 against 0.892 at every=10, 0.2-0.35 ms slower).
 # The source is the PS's files alone (cold counts, and the hot keys' `collected` presence,
 # PSFrequencySource(collected=True)): every update is counted once, and a step needs no
 # switch read (the 8 tables' hit counters were ~70% of a step's time on the embedded
