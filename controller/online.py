@@ -326,16 +326,12 @@ class _KeyRows:
                 known.append(n)
         return rows, known, new_keys, new_counts
 
-    def _add_keys(self, keys: list[int]) -> None:
-        """Index new keys at the end of the table; the caller appends their rows."""
-        base = len(self._keys)
-        self._row.update(zip(keys, range(base, base + len(keys))))
-        self._keys += keys
-
     def _grow(self, keys: list[int]) -> None:
-        """New keys indexed, with rows of zeros in `_rate`, `_columns` and `_windows`."""
-        k = len(keys)
-        self._add_keys(keys)
+        """New keys indexed at the end of the table, with rows of zeros in `_rate`,
+        `_columns` and `_windows`."""
+        k, base = len(keys), len(self._keys)
+        self._row.update(zip(keys, range(base, base + k)))
+        self._keys += keys
         for name in ("_rate", *self._columns):
             setattr(self, name, np.concatenate([getattr(self, name), np.zeros(k)]))
         for name in self._windows:
@@ -397,9 +393,9 @@ class RateEstimator(_KeyRows):
             self._rate[at] = np.where(gone, first * n, self._rate[at] + fresh * n)
             self._w2[at[gone]] = first * first / per
         if new_keys:
-            self._add_keys(new_keys)
-            self._rate = np.concatenate([self._rate, first * np.asarray(new_counts, float) / per])
-            self._w2 = np.concatenate([self._w2, np.full(len(new_keys), first * first / per)])
+            self._grow(new_keys)
+            self._rate[-len(new_keys) :] = first * np.asarray(new_counts, float) / per
+            self._w2[-len(new_keys) :] = first * first / per
         self._compact()
 
     def stderr(self, key: int) -> float:
