@@ -36,6 +36,11 @@ iteration t of the offload phase:
 - `coverage_mean`, `oracle_coverage_mean`, `expected_oracle_coverage_mean`: their means
   over the iterations; `coverage_ratio` = coverage_mean / oracle_coverage_mean and
   `coverage_ratio_expected` = coverage_mean / expected_oracle_coverage_mean.
+- `coverage_ratio_by_epoch_offset` (a drift, and the expected oracle): how the hot set
+  recovers after the popular head moves. Entry i pools the iterations i after an epoch
+  start (epochs start after multiples of the drift's `every`; the first epoch, for which
+  the warm-up's set is right, is left out): their coverage over their expected oracle.
+  `bench.hotset_sim --epochs` gives the same for the simulated loops.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ from controller.online import (
 )
 from experiment.runner import ExperimentError, PhaseResult, RunConfig, freq_name, say
 from hosts.stats import frequency_meta, is_live, write_json
+from hosts.workloads import DriftSpec
 
 MODES = ("static", "dynamic")
 SOURCES = ("ps", "switch")  # what the loop reads (RunConfig.hotset_source)
@@ -396,6 +402,20 @@ def expected_oracle_per_iteration(
     return out
 
 
+def by_epoch_offset(
+    coverage: Sequence[float], expected: Sequence[float], every: int
+) -> list[float | None] | None:
+    """coverage / expected pooled by iteration since the last epoch start (module doc:
+    `coverage_ratio_by_epoch_offset`); None when no iteration is past the first epoch."""
+    if len(coverage) <= every:
+        return None
+    got, best = np.zeros(every), np.zeros(every)
+    for t in range(every + 1, len(coverage) + 1):
+        got[(t - 1) % every] += coverage[t - 1]
+        best[(t - 1) % every] += expected[t - 1]
+    return [round(float(g / b), 6) if b else None for g, b in zip(got, best)]
+
+
 def summarize(
     cfg: RunConfig,
     config: dict,
@@ -427,6 +447,10 @@ def summarize(
     if expected is not None:
         e_cov = [round(n / total, 6) if total else 0.0 for n, (_, total) in zip(expected, oracle)]
         e_mean = float(np.mean(e_cov)) if e_cov else 0.0
+    drift = DriftSpec.parse(cfg.drift)
+    recovery = None
+    if e_cov is not None and drift is not None and drift.fraction:
+        recovery = by_epoch_offset(coverage, e_cov, drift.every)
     moves = [
         {
             "step": s.step,
@@ -453,6 +477,7 @@ def summarize(
         "expected_oracle_coverage": e_cov,
         "expected_oracle_coverage_mean": round(e_mean, 6) if e_mean is not None else None,
         "coverage_ratio_expected": round(c_mean / e_mean, 6) if e_mean else None,
+        "coverage_ratio_by_epoch_offset": recovery,
         "moves": moves,
         "reselections": len(moves),
         "keys_moved": sum(m["added"] + m["removed"] for m in moves),

@@ -166,13 +166,19 @@ def coverage(path: Path, hotset: dict) -> None:
     """Achieved coverage per iteration against the hindsight oracle top-B and, where the
     workload knows its popularity, the expected oracle (experiment/hotset.py), the drift's
     epoch starts dotted; in dynamic mode a second panel: keys moved per
-    re-selection (entered up, left down), at the iteration the PS files had reached."""
+    re-selection (entered up, left down), at the iteration the PS files had reached; under
+    drift a last one: coverage over the expected oracle by iteration since an epoch start
+    (`coverage_ratio_by_epoch_offset`), how fast the set recovers when the head moves."""
     dynamic = hotset["mode"] == "dynamic"
-    rows = 2 if dynamic else 1
-    fig, axes = plt.subplots(
-        rows, 1, figsize=(7, 3.6 * rows), sharex=True, squeeze=False, height_ratios=[2, 1][:rows]
-    )
-    ax = axes[0][0]
+    recovery = hotset.get("coverage_ratio_by_epoch_offset")
+    heights = [2.0] + [1.0] * dynamic + [1.2] * bool(recovery)
+    fig = plt.figure(figsize=(7, 3.6 if len(heights) == 1 else 2.4 * sum(heights)))
+    grid = fig.add_gridspec(len(heights), 1, height_ratios=heights)
+    ax = fig.add_subplot(grid[0])
+    axes = [[ax]]
+    if dynamic:
+        axes.append([fig.add_subplot(grid[1], sharex=ax)])
+        ax.tick_params(labelbottom=False)  # the moves panel below carries the iterations
     its = np.arange(1, len(hotset["coverage"]) + 1)
     oracle = 100 * np.array(hotset["oracle_coverage"])
     achieved = 100 * np.array(hotset["coverage"])
@@ -214,6 +220,18 @@ def coverage(path: Path, hotset: dict) -> None:
         mv.grid(alpha=0.3)
         mv.legend(loc="upper right", fontsize=8)
     axes[-1][0].set_xlabel("iteration (offload phase)")
+    if recovery:
+        rec = fig.add_subplot(grid[-1])
+        offsets = np.arange(len(recovery))
+        values = [np.nan if v is None else v for v in recovery]
+        rec.bar(offsets, values, color=COLORS["offload"], alpha=0.8)
+        rec.axhline(0.9, color="black", ls=":", lw=1, label="90% of the expected oracle")
+        rec.set_xticks(offsets)
+        rec.set_xlabel("iteration since an epoch start (epochs after the first, pooled)")
+        rec.set_ylabel("coverage / expected")
+        rec.set_ylim(0, 1.05)
+        rec.grid(alpha=0.3, axis="y")
+        rec.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -225,6 +225,12 @@ def check_coverage(summary: dict, mode: str, drift: str | None) -> dict:
         assert 0.0 <= c <= o + 1e-9 and o <= 1.0
     for field in ("coverage_mean", "oracle_coverage_mean", "coverage_ratio"):
         assert 0.0 <= hs[field] <= 1.0 + 1e-9, field
+    recovery = hs["coverage_ratio_by_epoch_offset"]
+    if drift is None:
+        assert recovery is None
+    else:  # one entry per iteration of an epoch; the switch sums at most the oracle's keys
+        assert len(recovery) == int(drift.split(",")[0].split("=")[1])
+        assert all(0.0 <= r <= 1.0 + 1e-9 for r in recovery)
     offload = summary["modes"]["offload"]
     assert sum(hs["updates"]) == offload["updates_total"]  # the workload is the one run
     assert sum(hs["summed"]) == offload["updates_in_switch"]  # the masks are the switch's

@@ -266,3 +266,39 @@ def test_summary_block_and_table_line(tmp_path: Path) -> None:
     assert (tmp_path / "coverage.png").stat().st_size > 0
     coverage(tmp_path / "static.png", {**block, "mode": "static", "moves": []})
     assert (tmp_path / "static.png").stat().st_size > 0
+
+
+def test_recovery_pools_the_iterations_by_their_place_in_the_epoch() -> None:
+    # every=4: epochs start at 5, 9, ...; the first epoch (1-4) is left out. Coverage is the
+    # expected oracle times a factor that depends only on the place in the epoch, so that
+    # factor is what comes out, however the expected oracle varies.
+    factor = [0.5, 0.7, 0.9, 1.0]
+    expected = [0.2 + 0.01 * (t % 7) for t in range(1, 15)]
+    coverage = [e * factor[(t - 1) % 4] for t, e in enumerate(expected, 1)]
+    coverage[:4] = [0.0] * 4  # the first epoch's: must not count
+    assert hotset.by_epoch_offset(coverage, expected, 4) == pytest.approx(factor)
+    assert hotset.by_epoch_offset(coverage[:4], expected[:4], 4) is None  # no later epoch
+    # 6 iterations: offsets 0 and 1 seen once after the first epoch, 2 and 3 never
+    assert hotset.by_epoch_offset(coverage[:6], expected[:6], 4) == pytest.approx(
+        [0.5, 0.7, None, None]
+    )
+
+
+def test_summary_of_a_drifting_run_says_how_the_set_recovers(tmp_path: Path) -> None:
+    drift = "every=2,fraction=0.5,head=4"
+    cfg = RunConfig(workers=2, iterations=6, keys=500, keys_per_iter=8, drift=drift)
+    workload = ZipfWorkload(500, cfg.skew, 8, cfg.seed, drift=DriftSpec.parse(drift))
+    logs = [
+        [("push", t, len(workload.pull_keys(w, t)), 0b1) for t in range(1, 7)] for w in range(2)
+    ]
+    block = hotset.summarize(cfg, cfg.as_dict(), fake_phase(tmp_path, logs), budget=4)
+    recovery = block["coverage_ratio_by_epoch_offset"]
+    assert recovery == pytest.approx(
+        hotset.by_epoch_offset(block["coverage"], block["expected_oracle_coverage"], 2)
+    )
+    assert len(recovery) == 2 and all(0 < r <= 1 for r in recovery)
+
+    from experiment.plots import coverage
+
+    coverage(tmp_path / "coverage.png", block)  # static, with the recovery panel
+    assert (tmp_path / "coverage.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
