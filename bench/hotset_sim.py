@@ -271,10 +271,10 @@ def epoch_profile(
     if iterations <= period:
         raise ValueError(f"{iterations} iterations: the profile needs more than every={period}")
     rows = []
+    kinds = ("unseen", "below_min", "held_back", "outside")
     for policy in ("informed", "dynamic"):
         for phase in range(every):
             cov, exp = np.zeros(period), np.zeros(period)
-            kinds = ("unseen", "below_min", "held_back", "outside")
             missing, n_steps = np.zeros((len(kinds), period)), np.zeros(period)
             for seed in seeds:
                 run = simulate(
@@ -292,7 +292,10 @@ def epoch_profile(
             row: dict[str, Any] = {
                 "policy": policy,
                 "phase": phase,
-                "ratio_by_offset": (cov / exp).round(4).tolist(),
+                # None where no iteration was seen (a run shorter than two epochs)
+                "ratio_by_offset": [
+                    round(float(c / e), 4) if e else None for c, e in zip(cov, exp)
+                ],
                 "ratio": round(float(cov.sum() / exp.sum()), 4),
             }
             if n_steps.any():
@@ -321,9 +324,9 @@ def plot_epoch_profile(path: Path, profile: dict) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 6), sharex=True)
     for row in rows:
         color = "gray" if row["policy"] == "informed" else "tab:blue"
+        ratios = [np.nan if v is None else v for v in row["ratio_by_offset"]]
         top.plot(
-            x, row["ratio_by_offset"], color=color, ls="-" if row["phase"] == 0 else "--",
-            marker="o", ms=3,
+            x, ratios, color=color, ls="-" if row["phase"] == 0 else "--", marker="o", ms=3,
             label=f"{LABELS[row['policy']]}, steps after iterations = {row['phase']} "
             f"mod {profile['every']} (mean {row['ratio']:.3f})",
         )  # fmt: skip
@@ -338,19 +341,21 @@ def plot_epoch_profile(path: Path, profile: dict) -> None:
     kinds = ("unseen", "below_min", "held_back")
     colors = ("tab:red", "tab:orange", "tab:purple")
     base = np.zeros(period)
-    for kind, color in zip(kinds, colors):
-        vals = np.nanmean(
-            [[np.nan if v is None else v for v in r["missing_by_offset"][kind]] for r in online],
-            axis=0,
+
+    def pooled(kind: str) -> np.ndarray:
+        """The phases' mean at each offset (a phase's steps are in force at some only)."""
+        vals = np.array(
+            [[np.nan if v is None else v for v in r["missing_by_offset"][kind]] for r in online]
         )
-        vals = np.nan_to_num(vals)
+        seen = (~np.isnan(vals)).sum(axis=0)
+        total = np.nansum(vals, axis=0)
+        return np.divide(total, seen, out=np.zeros(period), where=seen > 0)
+
+    for kind, color in zip(kinds, colors):
+        vals = pooled(kind)
         bottom.bar(x, vals, bottom=base, color=color, label=f"oracle keys left out: {kind}")
         base += vals
-    outside = np.nan_to_num(np.nanmean(
-        [[np.nan if v is None else v for v in r["missing_by_offset"]["outside"]] for r in online],
-        axis=0,
-    ))  # fmt: skip
-    bottom.plot(x, outside, color="black", marker="_", ms=12, ls="none",
+    bottom.plot(x, pooled("outside"), color="black", marker="_", ms=12, ls="none",
                 label="what the set's keys outside the oracle get instead")  # fmt: skip
     bottom.set_xlabel("iteration since the epoch start (0: the first at the new head)")
     bottom.set_ylabel("share of the expected oracle")
@@ -515,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as e:  # a bad drift (WorkloadError is one too)
             p.error(str(e))
         for row in profile["rows"]:
-            ratios = " ".join(f"{v:.3f}" for v in row["ratio_by_offset"])
+            ratios = " ".join("-" if v is None else f"{v:.3f}" for v in row["ratio_by_offset"])
             print(f"{row['policy']:8s} phase {row['phase']}: {ratios} | {row['ratio']:.3f}")
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -162,3 +162,15 @@ def test_the_epoch_profile_refuses_a_drift_that_moves_nothing() -> None:
         hotset_sim.epoch_profile("every=5,fraction=0", [1], 20)
     with pytest.raises(ValueError, match="more than every=10"):
         hotset_sim.epoch_profile("every=10,fraction=0.2", [1], 10)
+
+
+def test_a_profile_shorter_than_two_epochs_says_which_offsets_it_never_saw(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "short.json"
+    args = ["--epochs", "every=10,fraction=0.2", "--seeds", "3", "--iterations", "14"]
+    assert hotset_sim.main([*args, "--out", str(out)]) == 0
+    profile = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    for row in profile["rows"]:  # iterations 11-14 are offsets 0-3 of the second epoch
+        assert [v is None for v in row["ratio_by_offset"]] == [False] * 4 + [True] * 6
+    assert out.with_suffix(".png").stat().st_size > 0
