@@ -174,16 +174,20 @@ def verdict(samples: list[_Sample], links: list[LinkProbe]) -> dict[str, Any]:
     cpu_high = high([machine_busy(a, b) for a, b in windows])
     processes = {}
     for label in first.procs:
-        mean = _share(first.procs[label], last.procs[label], seconds)
+        # A worker exits when its iterations are done, before the phase's last sample (and
+        # may start after its first): count it between the first and last samples it was
+        # seen in, as a share of the whole phase (it used no CPU while it was not there).
+        jiffies = [s.procs[label] for s in samples if s.procs.get(label) is not None]
+        waits = [s.waits[label] for s in samples if s.waits.get(label) is not None]
+        used = _share(jiffies[0], jiffies[-1], seconds) if len(jiffies) > 1 else None
         peaks = [_share(a.procs[label], b.procs[label], b.t - a.t) for a, b in windows]
-        w0, w1 = first.waits.get(label), last.waits.get(label)
         processes[label] = {
-            "cpu_mean": None if mean is None else round(mean, 3),
+            "cpu_mean": None if used is None else round(used, 3),
             "cpu_p90": round(high([p for p in peaks if p is not None]), 3),
             # Share of the phase it was runnable but waiting for a core.
-            "runqueue_wait": None
-            if w0 is None or w1 is None or not seconds
-            else round((w1 - w0) / 1e9 / seconds, 3),
+            "runqueue_wait": round((waits[-1] - waits[0]) / 1e9 / seconds, 3)
+            if len(waits) > 1 and seconds
+            else None,
         }
     link_rows = []
     for probe in links:

@@ -99,3 +99,22 @@ def test_monitor_reads_this_machine() -> None:
     assert v["processes"]["self"]["cpu_mean"] == pytest.approx(cpu_share, abs=0.1)
     assert 0 <= v["processes"]["self"]["runqueue_wait"] <= 1
     assert 0 < v["machine_cpu_busy_mean"] <= 1
+
+
+def test_a_worker_that_exits_before_the_last_sample_still_counts() -> None:
+    # The workers end their iterations, and exit, before the runner takes the phase's last
+    # sample: their CPU must still count in what "this run's processes used", or a
+    # saturated run reads as a machine busy with someone else's work.
+    run = samples(4.0, machine_busy=0.97, switch_cores=0.5, ps_link_mbps=4.0)
+    for i, sample in enumerate(run):
+        seen = 1 <= i <= len(run) - 3  # starts after the first sample, gone for the last two
+        sample.procs["w0"] = int(HZ * sample.t * 0.4) if seen else None
+        sample.waits["w0"] = int(1e9 * sample.t * 0.1) if seen else None
+    result = verdict(run, LINKS)
+    w0 = result["processes"]["w0"]
+    span = run[-3].t - run[1].t  # seen for this long, at 0.4 of a core, out of 4 s
+    assert w0["cpu_mean"] == pytest.approx(0.4 * span / 4.0, abs=0.01)
+    assert w0["runqueue_wait"] == pytest.approx(0.1 * span / 4.0, abs=0.01)
+    assert result["bottleneck"] == "cpu"
+    ours = 0.5 + 0.2 + w0["cpu_mean"]  # switch, PS and the worker
+    assert f"used {ours:.2f} of" in result["why"]
