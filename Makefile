@@ -25,7 +25,10 @@ WORKLOAD ?= zipf
 HOTSET ?= static
 HOTSET_SOURCE ?= ps
 DRIFT ?=
-BW ?=
+# Link rate: `auto` calibrates after the warm-up, so that the PS's link sets the pace (the regime
+# hotagg emulates) on whatever machine this is; a number sets every link's Mbit/s; `BW=` (empty)
+# keeps the topology's own rates.
+BW ?= auto
 PS ?=
 TRACE ?=
 KEEP ?=

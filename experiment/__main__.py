@@ -38,6 +38,7 @@ from experiment.runner import (
     say,
 )
 from hosts.stats import dumps_strict
+from topologies.switches import bmv2_binary
 
 WARMUP_STREAM_OFFSET = 1_000_000  # far beyond any measured iteration
 EXIT_PROCESS_DIED = 4  # a switch, PS shard or worker died during the run (ProcessDied)
@@ -176,19 +177,26 @@ def run(cfg: RunConfig) -> int:
     def save_config() -> None:  # again whenever the run learns more about itself
         (run_dir / "config.json").write_text(dumps_strict(config, indent=2) + "\n")
 
-    def record_links() -> None:
+    def record_links(calibrating: bool = False) -> None:
         # what the links really are (the topology's, BW's or BW=auto's): it decides the
         # regime (README)
         rates = sorted({link.bandwidth or 0.0 for link in exp.topology.links})
         config["link_bandwidth_mbps"] = [r or None for r in rates]
         save_config()
         links = ", ".join("unlimited" if not r else f"{r:g} Mbit/s" for r in rates)
+        if calibrating:
+            links = "BW=auto (calibrated after the warm-up)"
         say(
-            f"run {run_dir.name}: {cfg.workers} workers, {cfg.iterations} iterations, "
-            f"{cfg.workload} workload, seed {cfg.seed}, loss {cfg.loss}, links {links}"
+            f"run {run_dir.name}: {switch_name}, {cfg.workers} workers, {cfg.iterations} "
+            f"iterations, {cfg.workload} workload, seed {cfg.seed}, loss {cfg.loss}, links {links}"
         )
 
-    record_links()
+    # Which switch ran: BMv2's standard and performance builds differ several-fold in speed.
+    switch_name = "embedded switch"
+    if cfg.target == "bmv2":
+        config["bmv2_binary"] = bmv2_binary()
+        switch_name = f"BMv2 ({config['bmv2_binary']})"
+    record_links(calibrating=cfg.bw == "auto")
     phases = {}
     try:
         exp.start()

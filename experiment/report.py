@@ -158,6 +158,32 @@ def write_latency_csv(path: Path, phases: dict[str, PhaseResult], workers: int) 
                 out.writerow([mode, *(r[c] for c in cols[1:])])
 
 
+def regime_hint(summary: dict) -> str | None:
+    """What to change when a measured phase was not PS-link-bound (one line for the table).
+    The run's numbers then measure this machine: the links must be slow enough for the PS's
+    link to set the pace (README, "Which regime")."""
+    fid = summary.get("fidelity") or {}
+    config = summary.get("config") or {}
+    kinds = set((fid.get("bottlenecks") or {}).values()) - {"ps_link"}
+    rates = [r for r in config.get("link_bandwidth_mbps") or [] if r]
+    lower = f"a lower BW= than {min(rates):g}" if rates else "BW= (the links have no rate)"
+    binary = config.get("bmv2_binary")
+    if "switch" in kinds and binary and not binary.endswith("-perf"):
+        return (
+            f"BMV2_BINARY=simple_switch_grpc-perf (BMv2's standard build sets the pace below "
+            f"1 Mbit/s), or {lower}"
+        )
+    if config.get("bw") == "auto":
+        chosen = (config.get("bw_auto") or {}).get("chosen_mbps")
+        return (
+            f"BW=auto's short calibration phases were network-bound at {chosen:g} Mbit/s but "
+            f"this run's phases were not (the machine was busier): rerun, or {lower}"
+            if chosen and rates and chosen == min(rates) and chosen > 1
+            else f"{lower}, or a quieter machine (fewer WORKERS, no other runs)"
+        )
+    return f"BW=auto (make run's default), which picks the rate by a calibration, or {lower}"
+
+
 def comparison_table(summary: dict) -> str:
     s, o = summary["modes"]["server"], summary["modes"]["offload"]
 
@@ -193,6 +219,8 @@ def comparison_table(summary: dict) -> str:
     fid = summary.get("fidelity") or {}
     if fid.get("warning"):
         lines.append(f"  WARNING, {fid['warning']}")
+        if hint := regime_hint(summary):
+            lines.append(f"  what to try: {hint}")
     elif fid.get("bottleneck"):
         lines.append(f"  regime: {fid['bottleneck']} (both phases network-bound, as emulated)")
     return "\n".join(lines)

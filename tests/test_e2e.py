@@ -144,6 +144,9 @@ def test_bw_auto_calibrates_and_records_the_verdicts(tmp_path):
     fidelity = summary["fidelity"]
     assert set(fidelity["bottlenecks"]) == {"server", "offload"}
     assert "BW=auto:" in proc.stdout
+    # the header says the rate is not known yet, then the rate the calibration chose
+    assert "links BW=auto (calibrated after the warm-up)" in proc.stdout
+    assert f"links {auto['chosen_mbps']:g} Mbit/s" in proc.stdout
     run_dir = (tmp_path / "runs" / "latest").resolve()
     assert (run_dir / f"calibrate-{rates[0]:g}-server").is_dir()
     # A rate counts only when both modes were PS-link-bound there.
@@ -258,6 +261,11 @@ def test_dynamic_hot_set_follows_a_drift_and_stays_exact(tmp_path, target):
     assert summary["exact"] is True
     assert summary["params_sha256"]["server"] == summary["params_sha256"]["offload"]
     hs = check_coverage(summary, "dynamic", "every=5,fraction=0.3,head=256")
+    # which switch ran, in the header and the config (BMv2's builds differ several-fold)
+    if target == "bmv2":
+        assert f"BMv2 ({summary['config']['bmv2_binary']})," in proc.stdout
+    else:
+        assert "embedded switch," in proc.stdout and "bmv2_binary" not in summary["config"]
     assert hs["every"] == 2 and hs["reselections"] >= 1
     assert hs["keys_moved"] > 0
     assert hs["keys_moved"] == sum(m["added"] + m["removed"] for m in hs["moves"])

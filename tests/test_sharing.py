@@ -34,7 +34,8 @@ pytestmark = [pytest.mark.root]
 
 VENV = REPO_ROOT / ".venv"
 # Small and quick: both runs share the machine's two cores.
-SMALL = ["TOPO=star:2", "WORKERS=2", "ITERATIONS=3", "KEYS=2000", "HOT_SLOTS=32", "SKEW=1.2"]
+# BW= keeps the topology's rates: no calibration, the runs are about sharing, not regime
+SMALL = ["TOPO=star:2", "WORKERS=2", "ITERATIONS=3", "KEYS=2000", "HOT_SLOTS=32", "SKEW=1.2", "BW="]
 
 
 def checkout(dest: Path) -> Path:
