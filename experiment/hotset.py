@@ -502,7 +502,14 @@ def table_line(hotset: dict) -> str:
             f"({100 * hotset['coverage_ratio_expected']:.0f}% of it)"
         )
     if hotset["mode"] == "dynamic":
-        text += f"; {hotset['keys_moved']} keys moved in {hotset['reselections']} re-selections"
+        # keys_moved counts each move (in or out): a swap is two
+        entered = sum(m["added"] for m in hotset["moves"])
+        left = sum(m["removed"] for m in hotset["moves"])
+        n = hotset["reselections"]
+        text += (
+            f"; {hotset['keys_moved']} keys moved ({entered} in, {left} out) in {n} "
+            f"re-selection{'s' if n != 1 else ''}"
+        )
     return text
 
 

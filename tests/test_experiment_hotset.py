@@ -256,7 +256,7 @@ def test_summary_block_and_table_line(tmp_path: Path) -> None:
         block["coverage_mean"] / block["expected_oracle_coverage_mean"], rel=1e-5
     )
     line = hotset.table_line(block)
-    assert "hot set (dynamic)" in line and "2 keys moved in 1 re-selections" in line
+    assert "hot set (dynamic)" in line and "2 keys moved (1 in, 1 out) in 1 re-selection" in line
     assert ", expected top-4 " in line
     assert "\n" not in line
 
