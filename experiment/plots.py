@@ -197,7 +197,8 @@ def coverage(path: Path, hotset: dict) -> None:
             for a in (row[0] for row in axes):
                 a.axvline(t - 0.5, color="gray", ls=":", lw=0.8)
     ax.set_ylabel("share of the iteration's updates (%)")
-    ax.set_ylim(0, 100)
+    # from 0, so that the lines' distances read as shares; room above for the legend
+    ax.set_ylim(0, min(100.0, 1.4 * max(float(oracle.max(initial=0.0)), 1.0)))
     ax.grid(alpha=0.3)
     ax.legend(loc="lower left", fontsize=8)
     ratio = hotset.get("coverage_ratio")
