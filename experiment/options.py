@@ -40,6 +40,7 @@ MAKE_NAMES = {
     "hotset": "HOTSET",
     "hotset_source": "HOTSET_SOURCE",
     "drift": "DRIFT",
+    "switch_restarts": "SWITCH_RESTARTS",
 }
 SEED_MAX = 2**32 - 1
 MAX_BW_MBPS = 1000.0  # Mininet's TCIntf ignores (only logs) a rate above this
@@ -172,7 +173,7 @@ def check(cfg: RunConfig) -> Topology:
     if cfg.hotset_source != "ps" and cfg.hotset != "dynamic":
         raise PreflightError(
             f"HOTSET_SOURCE={cfg.hotset_source} says what HOTSET=dynamic's loop reads; "
-            f"HOTSET={cfg.hotset} runs none"
+            f"HOTSET={cfg.hotset} runs none (add HOTSET=dynamic)"
         )
     _check_ports(cfg, topology)
     if cfg.intf_prefix and (why := prefix_problem(topology, cfg.intf_prefix)):

@@ -118,7 +118,9 @@ class DriftSpec:
             fields[name] = value.strip()
         missing = [f for f in ("every", "fraction") if f not in fields]
         if missing:
-            raise WorkloadError(f"drift {text!r}: {' and '.join(missing)} missing")
+            raise WorkloadError(
+                f"drift {text!r}: {' and '.join(missing)} missing (every=K,fraction=F[,head=H])"
+            )
         try:
             every, head = int(fields["every"]), int(fields.get("head", DEFAULT_DRIFT_HEAD))
             fraction = float(fields["fraction"])
