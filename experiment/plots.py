@@ -112,29 +112,47 @@ def skew(path: Path, freq_files: list[Path], hot: dict) -> None:
 
 
 def dissection(path: Path, summary: dict) -> None:
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=False)
+    """Mean push and pull latency per mode, split into the PS's queueing, its service and
+    the rest (network and switch), in ms; the PS's part is written above each bar, since in
+    the emulated regime the PS's link, not its CPU, dominates and the PS's segments are
+    thin. The suptitle says which regime the run was in."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.9), sharey=False)
     parts = (
         ("mean_ps_queueing_us", "PS queueing", "tab:orange"),
         ("mean_ps_service_us", "PS service", "tab:purple"),
         ("mean_network_and_switch_us", "network + switch", "tab:gray"),
     )
+    modes = ("server", "offload")
     for ax, kind in zip(axes, ("push", "pull")):
         bottom = np.zeros(2)
-        for key, label, color in parts:
-            vals = np.array(
+        ms = {
+            key: np.array(
                 [
-                    summary["modes"][m]["latency_dissection"][kind][key] or 0.0
-                    for m in ("server", "offload")
+                    (summary["modes"][m]["latency_dissection"][kind][key] or 0.0) / 1000
+                    for m in modes
                 ]
             )
-            ax.bar(
-                [LABELS["server"], LABELS["offload"]], vals, bottom=bottom, color=color, label=label
-            )
-            bottom += vals
-        ax.set_ylabel(f"mean {kind} latency (us)")
+            for key, _, _ in parts
+        }
+        for key, label, color in parts:
+            ax.bar([LABELS[m] for m in modes], ms[key], bottom=bottom, color=color, label=label)
+            bottom += ms[key]
+        for i in range(len(modes)):
+            ps = ms["mean_ps_queueing_us"][i] + ms["mean_ps_service_us"][i]
+            ax.text(i, bottom[i], f"PS {ps:.2f} ms of {bottom[i]:.2f}", ha="center",
+                    va="bottom", fontsize=8)  # fmt: skip
+        ax.set_ylim(0, 1.18 * max(bottom.max(), 1e-3))
+        ax.set_ylabel(f"mean {kind} latency (ms)")
         ax.set_title(f"{kind}: where the time goes")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper right", ncol=3, fontsize=8, frameon=False)
+    fid = summary.get("fidelity") or {}
+    if fid.get("warning"):
+        regime, color = f"WARNING, {fid['warning'][:90]}...", "tab:red"
+    else:
+        regime, color = f"regime: {fid.get('bottleneck', '?')} (both phases)", "black"
+    fig.text(0.01, 0.99, regime, ha="left", va="top", fontsize=8, color=color)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
