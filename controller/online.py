@@ -737,7 +737,11 @@ class StepReport:
     covered: float  # updates of the interval on the hot set it ran with
     total: float
     oracle: float | None  # updates of the interval's best `budget` keys (complete counts)
-    seconds: float = 0.0
+    seconds: float = 0.0  # the whole step, from reading the counts to the Write's reply
+    # when the step began (time.time(), as the agents' logs) and how long its Write took:
+    # with the workers' logs they place the Write within the iterations
+    started: float | None = None
+    write_seconds: float = 0.0
 
     @property
     def coverage(self) -> float:
@@ -770,6 +774,8 @@ class StepReport:
             "oracle": self.oracle_coverage,
             "updates": self.total,
             "seconds": self.seconds,
+            "started": self.started,
+            "write_seconds": self.write_seconds,
         }
 
 
@@ -892,7 +898,7 @@ class OnlineController:
     _moved: frozenset[int] = frozenset()
 
     def step(self) -> StepReport:
-        start = time.perf_counter()
+        started, start = time.time(), time.perf_counter()
         current = self.target.current()
         obs = self.source.read()
         if obs.presence is not None:
@@ -903,7 +909,9 @@ class OnlineController:
         est = self.estimator
         candidates = est.keys_at_least(self.policy.min_rate)  # the rest could not enter
         changes = self.policy.choose(current, est.rate, candidates, est.stderr)
+        before_write = time.perf_counter()
         self.target.apply(changes)
+        write_seconds = time.perf_counter() - before_write
         moved = frozenset(changes.add) | frozenset(changes.remove)
         # an observation that spanned no iteration is held and counted with the next one,
         # which then spans this step's moves too
@@ -920,6 +928,8 @@ class OnlineController:
             total,
             oracle,
             time.perf_counter() - start,
+            started,
+            write_seconds,
         )
         self.history.append(report)
         if self.log is not None:

@@ -390,6 +390,26 @@ def test_step_reports_coverage_against_the_oracle() -> None:
     assert lines[-1] == "step 2: +1 -1 keys, coverage 0.0%"  # decay 0: only key 5 is left
 
 
+def test_step_reports_when_it_began_and_how_long_its_write_took() -> None:
+    # Analyses place a step's Write among the workers' iterations (wall-clock logs), so the
+    # report gives the start on that clock and the Write's own time apart from the step's.
+    class SlowTarget(FakeTarget):
+        def apply(self, changes: Changes) -> None:
+            time.sleep(0.02)
+            super().apply(changes)
+
+    obs = Observation({1: 30, 2: 10, 3: 40}, iteration=4, iterations=2, complete=True)
+    loop = OnlineController(
+        SlowTarget({1, 2}), FakeSource([obs]), RateEstimator(0.0), Hysteresis(2, 0.2, 1, 0.0)
+    )
+    before = time.time()
+    report = loop.step()
+    assert report.started is not None and before <= report.started <= time.time()
+    assert 0.02 <= report.write_seconds <= report.seconds
+    assert report.as_dict()["started"] == report.started
+    assert report.as_dict()["write_seconds"] == report.write_seconds
+
+
 def test_the_loop_follows_a_drifting_head() -> None:
     # counts straight from a drifting workload: the loop follows the head as it moves
     wl = ZipfWorkload(20_000, 1.2, 256, seed=3, drift=DriftSpec(10, 0.2, head=64))
