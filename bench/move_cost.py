@@ -35,7 +35,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench import emit
+from bench import emit_or_fail, worker_rows
 
 CLASSES = ("landing", "after", "quiet")
 PARTS = (
@@ -72,20 +72,17 @@ class PairError(ValueError):
 
 def iterations(run: Path) -> dict[int, dict[str, float]]:
     """Per iteration of the run's offload phase: its parts (PARTS) from the agents' logs."""
-    cfg = json.loads((run / "config.json").read_text())
     phase = run / "offload"
     times: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for w in range(cfg["workers"]):
-        with open(phase / f"w{w}.csv", newline="") as f:
-            for row in csv.DictReader(f):
-                cell = times[int(row["iteration"])]
-                if row["kind"] == "iteration":
-                    cell["start"].append(float(row["sent"]))
-                    cell["end"].append(float(row["reply"]))
-                elif row["kind"] in ("pull", "push"):
-                    cell[row["kind"]].append(float(row["reply"]))
-                    if row["from_switch"] != "1":
-                        cell["ps_pulls" if row["kind"] == "pull" else "ps_pushes"].append(1.0)
+    for row in worker_rows(run):
+        cell = times[int(row["iteration"])]
+        if row["kind"] == "iteration":
+            cell["start"].append(float(row["sent"]))
+            cell["end"].append(float(row["reply"]))
+        elif row["kind"] in ("pull", "push"):
+            cell[row["kind"]].append(float(row["reply"]))
+            if row["from_switch"] != "1":
+                cell["ps_pulls" if row["kind"] == "pull" else "ps_pushes"].append(1.0)
     writebacks: dict[int, int] = defaultdict(int)
     for ps in sorted(phase.glob("ps*.csv")):
         with open(ps, newline="") as f:
@@ -180,13 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.runs) % 2:
         p.error("give the runs in pairs: static, dynamic, static, dynamic, ...")
     pairs = list(zip(args.runs[::2], args.runs[1::2]))
-    try:
-        result = compare(pairs)
-    except (PairError, OSError, KeyError, ValueError) as e:
-        print(f"move_cost: {e}", file=sys.stderr)
-        return 2
-    emit(result, args.out)
-    return 0
+    return emit_or_fail("move_cost", lambda: compare(pairs), args.out)
 
 
 if __name__ == "__main__":

@@ -80,9 +80,15 @@ SOURCES = ("ps", "switch")  # what the loop reads (RunConfig.hotset_source)
 DEFAULT_EVERY = 2  # iterations between re-selections
 # How often the loop looks at the PS's frequency files (a .live file's header: ~25 us). A step
 # reads iterations up to t once the PS has counted them, about when the workers start t+1, and
-# its Write counts in t+1 only from when it lands. Every 0.02 s (0.6 of an embedded iteration at
-# 5 Mbit/s) it landed 0.6 of an iteration into t+1 (median; seeds 4-6 at 2% drift), every
-# 0.005 s 0.3-0.45 in, and coverage / expected oracle rose from 0.894 to 0.901 (seeds 4-9).
+# its Write counts in t+1 only from when it lands. Polling every 0.005 s instead of 0.02 s
+# raised coverage / expected oracle from 0.894 to 0.901 (seeds 4-9 at 2% drift). Where the
+# Writes land (`bench.write_landing`, embedded, 5 Mbit/s, seeds 4-6): steps start 0.08-0.15
+# of an iteration into t+1, but take 23-35 ms of wall time (~5 ms of CPU: the thread's share of
+# the runner's session, which the embedded switch's process shares too; at nice 0 no faster)
+# plus 3-9 ms for the Write, so the Writes land 0.66-1.03 of an iteration in (median), after
+# t+1's pushes (sent from 0.26 to 0.50 of it): in force from t+2, the simulator's lag 1. A
+# controller on a CPU of its own, writing to a hardware switch, would land before them (lag
+# 0: about 0.02 more coverage at 2% in the simulator).
 POLL_S = 0.005
 STOP_WAIT_S = 30.0  # a step in flight (a P4Runtime write) gets this long to end
 # The loop's thread runs at the lowest CPU priority: a controller runs on a CPU of its own, not on
@@ -124,7 +130,8 @@ LOOP_NICE = 19
 #   0.974 without drift); 8: 0.886, 32. Window 4: 0.890; 8: as 6. These are at step phase
 #   0 (steps after even iterations: every=10's epoch starts never fall inside a step); at
 #   phase 1, 0.860 at 2%, 0.922 at 1%. In `make run` (embedded, seeds 4-9 at 2%) coverage
-#   was 0.003-0.013 above the simulator's at lag 1 (a step's Write lands early in t+1).
+#   was 0.003-0.013 above the simulator's at lag 1, which is what the run does: its Writes
+#   land after t+1's pushes (`bench.write_landing`, POLL_S above).
 # - FIRST_FULL (decay only; ChangeRateEstimator does the same): a key not seen before starts
 #   at its first count (not half of it), so a newly popular key enters one step earlier.
 # - MARGIN 0.6: a candidate must have 1.6 times the weakest member's rate. With the steadier
