@@ -115,7 +115,7 @@ def dissection(path: Path, summary: dict) -> None:
     """Mean push and pull latency per mode, split into the PS's queueing, its service and
     the rest (network and switch), in ms; the PS's part is written above each bar, since in
     the emulated regime the PS's link, not its CPU, dominates and the PS's segments are
-    thin. The suptitle says which regime the run was in."""
+    thin. A line in the corner says which regime the run was in."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.9), sharey=False)
     parts = (
         ("mean_ps_queueing_us", "PS queueing", "tab:orange"),

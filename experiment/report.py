@@ -170,8 +170,8 @@ def regime_hint(summary: dict) -> str | None:
     binary = config.get("bmv2_binary")
     if "switch" in kinds and binary and not binary.endswith("-perf"):
         return (
-            f"BMV2_BINARY=simple_switch_grpc-perf (BMv2's standard build sets the pace below "
-            f"1 Mbit/s), or {lower}"
+            f"BMV2_BINARY=simple_switch_grpc-perf (BMv2's standard build handles under 1,000 hot "
+            f"pushes/s), or {lower}"
         )
     if config.get("bw") == "auto":
         chosen = (config.get("bw_auto") or {}).get("chosen_mbps")
