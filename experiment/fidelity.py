@@ -259,6 +259,7 @@ def verdict(samples: list[_Sample], links: list[LinkProbe]) -> dict[str, Any]:
         "seconds": round(seconds, 3),
         "machine_cpu_busy_mean": round(cpu_mean, 3),
         "machine_cpu_busy_p90": round(cpu_high, 3),
+        "ps_link_utilization": round(ps_util, 3),  # p90 of windows, the busiest PS link
         "run_processes_cores": round(ours, 3),
         "cores": os.cpu_count(),
         "processes": processes,

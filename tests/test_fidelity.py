@@ -57,6 +57,8 @@ def test_rules(busy: float, switch: float, ps_mbps: float, bottleneck: str) -> N
     ps_link = next(r for r in v["links"] if r["to_ps"])
     assert ps_link["to_host_mbps"] == pytest.approx(ps_mbps, rel=0.01)
     assert ps_link["utilization_p90"] == pytest.approx(ps_mbps / 10, rel=0.02)
+    # what BW=auto's calibration asks of the PS link besides the verdict (saturated)
+    assert v["ps_link_utilization"] == ps_link["utilization_p90"]
     assert v["processes"]["switch s1"]["cpu_mean"] == pytest.approx(switch, abs=0.02)
     assert v["machine_cpu_busy_mean"] == pytest.approx(busy, abs=0.01)
 
