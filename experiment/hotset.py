@@ -130,8 +130,8 @@ LOOP_NICE = 19
 #   0.974 without drift); 8: 0.886, 32. Window 4: 0.890; 8: as 6. These are at step phase
 #   0 (steps after even iterations: every=10's epoch starts never fall inside a step); at
 #   phase 1, 0.860 at 2%, 0.922 at 1%. In `make run` (embedded, seeds 4-9 at 2%) coverage
-#   was 0.003-0.013 above the simulator's at lag 1, which is what the run does: its Writes
-#   land after t+1's pushes (`bench.write_landing`, POLL_S above).
+#   was 0.003-0.013 above the simulator's at lag 1. Lag 1 is what the run does: its Writes
+#   land after t+1's pushes, 0-7% of them during (`bench.write_landing`, POLL_S above).
 # - FIRST_FULL (decay only; ChangeRateEstimator does the same): a key not seen before starts
 #   at its first count (not half of it), so a newly popular key enters one step earlier.
 # - MARGIN 0.6: a candidate must have 1.6 times the weakest member's rate. With the steadier
