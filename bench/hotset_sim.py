@@ -62,6 +62,7 @@ from controller.online import (
     RateEstimator,
     updates_from_presence,
 )
+from experiment.hotset import epoch_offset_sums
 from hosts.workloads import DriftSpec, StreamOffset, ZipfWorkload
 
 POLICIES = ("static", "dynamic", "decay", "informed")
@@ -281,9 +282,10 @@ def epoch_profile(
                     drift, seed, iterations, every=every, lag=lag, phase=phase, policy=policy,
                     trace=True,
                 )  # fmt: skip
-                for t in range(period + 1, iterations + 1):
-                    cov[(t - 1) % period] += run["coverage_per_iteration"][t - 1]
-                    exp[(t - 1) % period] += run["expected_oracle_per_iteration"][t - 1]
+                got, best = epoch_offset_sums(
+                    run["coverage_per_iteration"], run["expected_oracle_per_iteration"], period
+                )
+                cov, exp = cov + got, exp + best
                 for step in run["steps"]:
                     if step["in_force"] > period:
                         at = (step["in_force"] - 1) % period

@@ -409,6 +409,20 @@ def expected_oracle_per_iteration(
     return out
 
 
+def epoch_offset_sums(
+    coverage: Sequence[float], expected: Sequence[float], every: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Coverage and expected oracle (per iteration, the first at index 0) summed by
+    iteration since the last epoch start: epochs start after multiples of `every`, and the
+    first epoch, for which the warm-up's set is right, is left out. bench.hotset_sim pools
+    these over seeds."""
+    got, best = np.zeros(every), np.zeros(every)
+    for t in range(every + 1, len(coverage) + 1):
+        got[(t - 1) % every] += coverage[t - 1]
+        best[(t - 1) % every] += expected[t - 1]
+    return got, best
+
+
 def by_epoch_offset(
     coverage: Sequence[float], expected: Sequence[float], every: int
 ) -> list[float | None] | None:
@@ -416,10 +430,7 @@ def by_epoch_offset(
     `coverage_ratio_by_epoch_offset`); None when no iteration is past the first epoch."""
     if len(coverage) <= every:
         return None
-    got, best = np.zeros(every), np.zeros(every)
-    for t in range(every + 1, len(coverage) + 1):
-        got[(t - 1) % every] += coverage[t - 1]
-        best[(t - 1) % every] += expected[t - 1]
+    got, best = epoch_offset_sums(coverage, expected, every)
     return [round(float(g / b), 6) if b else None for g, b in zip(got, best)]
 
 
