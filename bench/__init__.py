@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -42,3 +43,22 @@ def worker_rows(run: Path, phase: str = "offload") -> Iterator[dict[str, str]]:
     for w in range(workers):
         with open(run / phase / f"w{w}.csv", newline="") as f:
             yield from csv.DictReader(f)
+
+
+def iteration_cells(run: Path, phase: str = "offload") -> dict[int, dict[str, list[float]]]:
+    """Per iteration, from every worker's log (the agents' clock): `start` and `end` of
+    each worker's iteration, `pull` and `push` (each request's reply), `push_sent` (each
+    push's send), and one 1.0 in `ps_pulls` or `ps_pushes` per request the PS answered."""
+    cells: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in worker_rows(run, phase):
+        cell, kind = cells[int(row["iteration"])], row["kind"]
+        if kind == "iteration":
+            cell["start"].append(float(row["sent"]))
+            cell["end"].append(float(row["reply"]))
+        elif kind in ("pull", "push"):
+            cell[kind].append(float(row["reply"]))
+            if kind == "push":
+                cell["push_sent"].append(float(row["sent"]))
+            if row["from_switch"] != "1":
+                cell["ps_pulls" if kind == "pull" else "ps_pushes"].append(1.0)
+    return cells

@@ -35,7 +35,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench import emit_or_fail, worker_rows
+from bench import emit_or_fail, iteration_cells
 
 CLASSES = ("landing", "after", "quiet")
 PARTS = (
@@ -73,16 +73,7 @@ class PairError(ValueError):
 def iterations(run: Path) -> dict[int, dict[str, float]]:
     """Per iteration of the run's offload phase: its parts (PARTS) from the agents' logs."""
     phase = run / "offload"
-    times: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for row in worker_rows(run):
-        cell = times[int(row["iteration"])]
-        if row["kind"] == "iteration":
-            cell["start"].append(float(row["sent"]))
-            cell["end"].append(float(row["reply"]))
-        elif row["kind"] in ("pull", "push"):
-            cell[row["kind"]].append(float(row["reply"]))
-            if row["from_switch"] != "1":
-                cell["ps_pulls" if row["kind"] == "pull" else "ps_pushes"].append(1.0)
+    times = iteration_cells(run)
     writebacks: dict[int, int] = defaultdict(int)
     for ps in sorted(phase.glob("ps*.csv")):
         with open(ps, newline="") as f:

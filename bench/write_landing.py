@@ -24,13 +24,12 @@ import argparse
 import json
 import statistics
 import sys
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bench import emit_or_fail, worker_rows
+from bench import emit_or_fail, iteration_cells
 
 
 class RunError(ValueError):
@@ -40,19 +39,11 @@ class RunError(ValueError):
 def iteration_times(run: Path) -> dict[int, tuple[float, float, float]]:
     """Per iteration of the offload phase: (first worker's start, first push sent, last
     worker's end), on the agents' clock."""
-    cells: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for row in worker_rows(run):
-        cell = cells[int(row["iteration"])]
-        if row["kind"] == "iteration":
-            cell["start"].append(float(row["sent"]))
-            cell["end"].append(float(row["reply"]))
-        elif row["kind"] == "push":
-            cell["push"].append(float(row["sent"]))
     out = {}
-    for t, cell in cells.items():
+    for t, cell in iteration_cells(run).items():
         if cell["start"] and cell["end"]:
             start, end = min(cell["start"]), max(cell["end"])
-            out[t] = (start, min(cell["push"], default=end), end)
+            out[t] = (start, min(cell["push_sent"], default=end), end)
     return out
 
 

@@ -45,7 +45,10 @@ def fake_run(
                     row
                     | {"kind": "pull", "reply": t0 + 0.002, "from_switch": "0" if to_ps else "1"}
                 )
-                out.writerow(row | {"kind": "push", "reply": t0 + 0.006, "from_switch": "1"})
+                out.writerow(
+                    row
+                    | {"kind": "push", "sent": t0 + 0.004, "reply": t0 + 0.006, "from_switch": "1"}
+                )
                 t0 = end
     with open(run / "offload" / "ps0.csv", "w", newline="") as f:
         out = csv.DictWriter(f, PS_COLUMNS)
