@@ -153,20 +153,23 @@ def _change_reference(steps: list[dict[int, float]], per: float, threshold: floa
     return {k: sum(seg) / (per * len(seg)) for k, seg in segment.items()}
 
 
-def test_change_estimator_matches_a_key_by_key_reference() -> None:
-    # 300 keys whose Poisson rates change at random steps, some to 0 and back
+@pytest.mark.parametrize(("per", "window"), [(2, 4), (1, 12)])
+def test_change_estimator_matches_a_key_by_key_reference(per: int, window: int) -> None:
+    # 300 keys whose Poisson rates change at random steps, some to 0 and back. The
+    # reference tests every key; the estimator skips those whose ratio cannot reach the
+    # threshold (_testable), which steps of 1 iteration and many rare keys exercise.
     rng = np.random.default_rng(3)
     rates = rng.choice([0.0, 0.3, 1.0, 2.5, 4.0], size=300)
     steps = []
-    for _ in range(40):
-        moving = rng.random(300) < 0.05
+    for _ in range(80 // per):
+        moving = rng.random(300) < 0.025 * per
         rates[moving] = rng.choice([0.0, 0.3, 1.0, 2.5, 4.0], size=int(moving.sum()))
-        drawn = rng.poisson(rates * 2)
+        drawn = rng.poisson(rates * per)
         steps.append({k: float(n) for k, n in enumerate(drawn) if n})
-    est = ChangeRateEstimator(threshold=5.0, window=4)
+    est = ChangeRateEstimator(threshold=5.0, window=window)
     for counts in steps:
-        est.update(Observation(counts, iterations=2))
-    want = _change_reference(steps, 2.0, 5.0, 4)
+        est.update(Observation(counts, iterations=per))
+    want = _change_reference(steps, float(per), 5.0, window)
     assert est.changes > 50  # the test exercises the change rule
     assert est.rates == pytest.approx(want)
 
