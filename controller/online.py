@@ -641,7 +641,15 @@ class ChangeRateEstimator(_KeyRows):
         after = [np.cumsum(x[::-1], axis=0) for x in steps]
         before = [t[None, :] - a for t, a in zip(total, after)]
         parts = [np.concatenate([t[None, :], a, b]) for t, a, b in zip(total, after, before)]
-        ll = _loglik(*(p.ravel() for p in parts), workers).reshape(parts[0].shape)
+        # Rows without presence steps (most) are Poisson alone: n log(n / s) - n, without
+        # _loglik's presence terms and Newton steps, the same numbers for a fraction of the
+        # CPU.
+        n, s = parts[0], parts[1]
+        ll = np.where(n > 0, n * np.log(np.maximum(n, 1e-300) / np.maximum(s, 1e-300)), 0.0) - n
+        present = np.flatnonzero(total[3] > 0)
+        if present.size:
+            sub = [p[:, present] for p in parts]
+            ll[:, present] = _loglik(*(p.ravel() for p in sub), workers).reshape(sub[0].shape)
         whole, ll_after, ll_before = ll[0], ll[1 : window + 1], ll[window + 1 :]
         ratio = ll_after + ll_before - whole[None, :]
         empty = (before[1] + before[3] <= 0) | (after[1] + after[3] <= 0)
