@@ -723,9 +723,11 @@ class Hysteresis:
         stderr: Callable[[int], float] | None = None,
     ) -> Changes:
         members = set(current)
+        rates = {k: rate(k) for k in members.union(seen)}  # one call a key: ~1 us each
+        rate = rates.__getitem__
         candidates = sorted(
-            (k for k in set(seen) - members if rate(k) >= self.min_rate and rate(k) > 0),
-            key=lambda k: (-rate(k), k),
+            (k for k in set(seen) - members if rates[k] >= self.min_rate and rates[k] > 0),
+            key=lambda k: (-rates[k], k),
         )
         add: list[int] = []
         remove: list[int] = []
@@ -930,14 +932,16 @@ class OnlineController:
         if obs.presence is not None:
             obs = replace(obs, hot=frozenset(current), moved=self._moved)
         self.estimator.update(obs)
-        covered, total = coverage_of(obs.counts, current), sum(obs.counts.values())
-        oracle = oracle_of(obs.counts, self.policy.budget) if obs.complete else None
         est = self.estimator
         candidates = est.keys_at_least(self.policy.min_rate)  # the rest could not enter
         changes = self.policy.choose(current, est.rate, candidates, est.stderr)
         before_write = time.perf_counter()
         self.target.apply(changes)
         write_seconds = time.perf_counter() - before_write
+        # the report's figures after the Write: the sooner it lands, the more of the
+        # next iteration's pushes the new set takes
+        covered, total = coverage_of(obs.counts, current), sum(obs.counts.values())
+        oracle = oracle_of(obs.counts, self.policy.budget) if obs.complete else None
         moved = frozenset(changes.add) | frozenset(changes.remove)
         # an observation that spanned no iteration is held and counted with the next one,
         # which then spans this step's moves too
