@@ -78,18 +78,14 @@ from hosts.workloads import DriftSpec
 MODES = ("static", "dynamic")
 SOURCES = ("ps", "switch")  # what the loop reads (RunConfig.hotset_source)
 DEFAULT_EVERY = 2  # iterations between re-selections
-# How often the loop looks at the PS's frequency files (a .live file's header: ~25 us). A step
-# reads iterations up to t once the PS has counted them, about when the workers start t+1, and
-# its Write counts in t+1 only from when it lands. Polling every 0.005 s instead of 0.02 s
-# raised coverage / expected oracle from 0.894 to 0.901 (seeds 4-9 at 2% drift). Where the
-# Writes land (`bench.write_landing`, embedded, 5 Mbit/s, seeds 4-6): steps start 0.08-0.15
-# of an iteration into t+1, but take 23-35 ms of wall time (~5 ms of CPU: the thread's share of
-# the runner's session, which the embedded switch's process shares too; at nice 0 no faster)
-# plus 3-9 ms for the Write, so the Writes land 0.66-1.03 of an iteration in (median), after
-# t+1's pushes (sent from 0.26 to 0.50 of it): in force from t+2, the simulator's lag 1. A
-# controller on a CPU of its own, writing to a hardware switch, would land before them (lag
-# 0: about 0.02 more coverage at 2% in the simulator).
-POLL_S = 0.005
+# How often the loop looks at the PS's frequency files (a .live file's header: ~25 us, so
+# about 1-2% of a core at this rate). A step reads iterations up to t once the PS has counted
+# them, about when the workers start t+1, and its Write counts in t+1 only from when it lands:
+# every ms of waiting is a ms later. Polling every 0.005 s instead of 0.02 s raised coverage /
+# expected oracle from 0.894 to 0.901 (seeds 4-9 at 2% drift); 0.002 s takes another ~1.5 ms
+# off the wait on average. Where the Writes land: "When a step's Write lands" in
+# docs/hotset.md (`bench.write_landing`).
+POLL_S = 0.002
 STOP_WAIT_S = 30.0  # a step in flight (a P4Runtime write) gets this long to end
 # The loop's thread runs at the lowest CPU priority: a controller runs on a CPU of its own, not on
 # the cores of the switch it steers. A step took ~9 ms of CPU every 2 iterations of ~33 ms when it
