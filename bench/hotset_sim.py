@@ -62,7 +62,8 @@ from controller.online import (
     RateEstimator,
     updates_from_presence,
 )
-from experiment.hotset import epoch_offset_sums
+from experiment.hotset import change_window, epoch_offset_sums
+from experiment.runner import HOTSET_EVERY
 from hosts.workloads import DriftSpec, StreamOffset, ZipfWorkload
 
 POLICIES = ("static", "dynamic", "decay", "informed")
@@ -79,13 +80,20 @@ SWEEP_LAG = 1
 
 
 class SimTarget:
+    """The hot set as the loop records it (`record`: what current() returns, changed by
+    apply(), as SwitchTarget's) and as the switch has it (`keys`: in force, changed by
+    land() once the step's Write lands, `lag` iterations later)."""
+
     def __init__(self, keys: set[int]) -> None:
-        self.keys = set(keys)
+        self.keys, self.record = set(keys), set(keys)
 
     def current(self) -> set[int]:
-        return set(self.keys)
+        return set(self.record)
 
     def apply(self, changes: Changes) -> None:
+        self.record = (self.record - set(changes.remove)) | set(changes.add)
+
+    def land(self, changes: Changes) -> None:
         self.keys = (self.keys - set(changes.remove)) | set(changes.add)
 
 
@@ -97,7 +105,7 @@ def simulate(
     draws: int = 256,
     keys: int = 100_000,
     skew: float = 1.1,
-    every: int = 2,
+    every: int = HOTSET_EVERY["ps"],
     lag: int = 0,
     phase: int = 0,
     decay: float = DECAY,
@@ -112,14 +120,15 @@ def simulate(
     hot_slots: int = 256,
     trace: bool = False,
 ) -> dict:
-    """One run (module doc). With `trace`, also per iteration the coverage and the expected
-    oracle's share (`coverage_per_iteration`, `expected_oracle_per_iteration`) and, for the
+    """One run (module doc). With `trace`, also per iteration the coverage, the expected
+    oracle's share and the keys in force (`coverage_per_iteration`,
+    `expected_oracle_per_iteration`, `hot_per_iteration`) and, for the
     online loops, per step what it leaves out of the expected oracle once its changes are in
     force (`steps`, missing_shares())."""
     if policy not in POLICIES:
         raise ValueError(f"policy {policy!r}: one of {', '.join(POLICIES)}")
-    if not 0 <= lag < every:  # a step would choose from a set that misses pending changes
-        raise ValueError(f"lag {lag} must be in [0, every={every})")
+    if lag < 0:
+        raise ValueError(f"lag {lag} must be >= 0")
     if not 0 <= phase < every:
         raise ValueError(f"phase {phase} must be in [0, every={every})")
     spec = DriftSpec.parse(drift)
@@ -151,7 +160,7 @@ def simulate(
         estimator: ChangeRateEstimator | RateEstimator = RateEstimator(decay, first_full=first_full)
         margin = DECAY_MARGIN if margin is None else margin
     else:
-        estimator = ChangeRateEstimator(threshold)
+        estimator = ChangeRateEstimator(threshold, window=change_window(every))
         margin = MARGIN if margin is None else margin
     loop = OnlineController(
         target,
@@ -161,17 +170,19 @@ def simulate(
     )
     pending: list[tuple[int, Changes]] = []
     cov, hind, expd = [], [], []
+    sizes: list[int] = []  # keys in force per iteration
     steps: list[dict] = []
     expected_rate = workers * wl.draw_probability(keys) if trace else None
     moved = 0
     for t in range(1, iterations + 1):
         while pending and pending[0][0] <= t:
-            target.apply(pending.pop(0)[1])
+            target.land(pending.pop(0)[1])
         counts: Counter[int] = Counter()
         for w in range(workers):
             counts.update(wl.pull_keys(w, t).tolist())
         total = sum(counts.values())
         hot = target.keys
+        sizes.append(len(hot))
         cov.append(sum(n for k, n in counts.items() if k in hot) / total)
         hind.append(sum(sorted(counts.values(), reverse=True)[:budget]) / total)
         expd.append(sum(counts.get(k, 0) for k in wl.hottest(budget, t).tolist()) / total)
@@ -187,10 +198,9 @@ def simulate(
                 state["cold"], state["collected"], state["since"] = Counter(), Counter(), 0
                 want = set(wl.hottest(budget, t).tolist())
                 ch = Changes(sorted(want - before), sorted(before - want))
+                target.apply(ch)
             else:
-                held, target.apply = target.apply, lambda ch: None  # choose now, apply later
-                r = loop.step()
-                target.apply = held
+                r = loop.step()  # the record changes now, the switch's set when it lands
                 ch = Changes(r.added, r.removed)
                 in_force = t + 1 + lag
                 if expected_rate is not None and in_force <= iterations:
@@ -205,10 +215,15 @@ def simulate(
             if lag:
                 pending.append((t + 1 + lag, ch))
             else:
-                target.apply(ch)
+                target.land(ch)
     c, h, e = float(np.mean(cov)), float(np.mean(hind)), float(np.mean(expd))
     per_iteration = (
-        {"coverage_per_iteration": cov, "expected_oracle_per_iteration": expd, "steps": steps}
+        {
+            "coverage_per_iteration": cov,
+            "expected_oracle_per_iteration": expd,
+            "hot_per_iteration": sizes,
+            "steps": steps,
+        }
         if trace
         else {}
     )
@@ -257,7 +272,11 @@ def missing_shares(
 
 
 def epoch_profile(
-    drift: str, seeds: list[int], iterations: int = 100, lag: int = SWEEP_LAG, every: int = 2
+    drift: str,
+    seeds: list[int],
+    iterations: int = 100,
+    lag: int = SWEEP_LAG,
+    every: int = HOTSET_EVERY["ps"],
 ) -> dict:
     """Coverage over the expected oracle by iteration since the drift's last epoch start,
     for the informed and the online loop at each step phase (seeds pooled: the sum of
@@ -369,7 +388,10 @@ def plot_epoch_profile(path: Path, profile: dict) -> None:
 
 
 def sweep(
-    seeds: list[int], lag: int = SWEEP_LAG, iterations: int = 100, every: int = 2
+    seeds: list[int],
+    lag: int = SWEEP_LAG,
+    iterations: int = 100,
+    every: int = HOTSET_EVERY["ps"],
 ) -> list[dict]:
     """Every policy at every drift of SWEEP_DRIFTS (and none), one row per run: the drift,
     its turnover, the policy, seed, lag and step phase, and simulate()'s result. The loops
@@ -464,7 +486,9 @@ def plot_sweep(path: Path, rows: list[dict]) -> None:
     plt.close(fig)
 
 
-def settings_grid(seeds: list[int], drifts: list[str | None], full: bool) -> list[dict]:
+def settings_grid(
+    seeds: list[int], drifts: list[str | None], full: bool, every: int = HOTSET_EVERY["ps"]
+) -> list[dict]:
     """Static per drift and seed, then the dynamic loop (mean over seeds) at each setting of
     the grid (`full`) or at the defaults; printed as they come, the static rows last."""
     grid = {
@@ -477,11 +501,11 @@ def settings_grid(seeds: list[int], drifts: list[str | None], full: bool) -> lis
     combos = [dict(zip(grid, v)) for v in itertools.product(*grid.values())] if full else [{}]
     for drift in drifts:
         for s in seeds:
-            static = simulate(drift, s, policy="static")
+            static = simulate(drift, s, every=every, policy="static")
             rows.append({"drift": drift, "seed": s, "mode": "static", **static})
     for combo in combos:
         for drift in drifts:
-            res = [simulate(drift, s, **combo) for s in seeds]
+            res = [simulate(drift, s, every=every, **combo) for s in seeds]
             row = {"drift": drift, "mode": "dynamic", **combo}
             for name in ("coverage", "ratio", "ratio_expected", "keys_moved"):
                 row[name] = round(float(np.mean([r[name] for r in res])), 4)
@@ -513,12 +537,27 @@ def main(argv: list[str] | None = None) -> int:
         help="without --sweep",
     )
     p.add_argument("--iterations", type=int, default=100, help="per run, with --sweep/--epochs")
+    p.add_argument(
+        "--every",
+        type=int,
+        default=HOTSET_EVERY["ps"],
+        help="iterations between the loops' steps (default: make run's)",
+    )
+    p.add_argument(
+        "--lag",
+        type=int,
+        default=SWEEP_LAG,
+        help="iterations after the next one that a step's changes are in force from "
+        "(with --sweep/--epochs; SWEEP_LAG)",
+    )
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
+    if args.every < 1 or args.lag < 0:
+        p.error(f"--every {args.every} must be >= 1 and --lag {args.lag} >= 0")
     if args.epochs:
         try:
-            profile = epoch_profile(args.epochs, seeds, args.iterations)
+            profile = epoch_profile(args.epochs, seeds, args.iterations, args.lag, args.every)
         except ValueError as e:  # a bad drift (WorkloadError is one too)
             p.error(str(e))
         for row in profile["rows"]:
@@ -530,10 +569,11 @@ def main(argv: list[str] | None = None) -> int:
             plot_epoch_profile(args.out.with_suffix(".png"), profile)
         return 0
     if args.sweep:
-        rows = sweep(seeds, iterations=args.iterations)
+        rows = sweep(seeds, args.lag, args.iterations, args.every)
     else:
         drifts = args.drifts.replace("none,", "none;").split(";")
-        rows = settings_grid(seeds, [None if d == "none" else d for d in drifts], args.grid)
+        drift_list = [None if d == "none" else d for d in drifts]
+        rows = settings_grid(seeds, drift_list, args.grid, args.every)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(rows, indent=1) + "\n")

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from experiment.runner import HOTSET_EVERY
+
 
 class Timed:
     """`inner` with the CPU time of some of its methods added to `spent[label]`."""
@@ -62,10 +64,12 @@ def replay(drift: str | None, seed: int, iterations: int, every: int) -> dict[st
     from bench.hotset_sim import SimTarget
     from controller.online import (
         ChangeRateEstimator,
+        Changes,
         Hysteresis,
         OnlineController,
         PSFrequencySource,
     )
+    from experiment.hotset import change_window
     from hosts.stats import LiveFrequency
     from hosts.workloads import DriftSpec, ZipfWorkload
 
@@ -76,7 +80,7 @@ def replay(drift: str | None, seed: int, iterations: int, every: int) -> dict[st
         live = LiveFrequency(path, 100_000, {"job": 1, "shard": 0, "workers": workers})
         target = SimTarget(set(workload.hottest(budget, 1).tolist()))
         spent: dict[str, float] = defaultdict(float)
-        estimator = ChangeRateEstimator()
+        estimator = ChangeRateEstimator(window=change_window(every))
         policy = Hysteresis(budget)
         loop = OnlineController(
             target,
@@ -96,8 +100,9 @@ def replay(drift: str | None, seed: int, iterations: int, every: int) -> dict[st
                 continue
             spent.clear()
             start = time.thread_time()
-            loop.step()
+            report = loop.step()
             per_step["step"].append(time.thread_time() - start)
+            target.land(Changes(report.added, report.removed))  # in force from t+1
             for part in ("read", "estimate", "choose"):
                 per_step[part].append(spent[part])
     ms = {
@@ -120,7 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--seeds", default="4,5")
     p.add_argument("--iterations", type=int, default=100)
-    p.add_argument("--every", type=int, default=2, help="iterations between steps")
+    p.add_argument(
+        "--every",
+        type=int,
+        default=HOTSET_EVERY["ps"],
+        help="iterations between steps (default: make run's)",
+    )
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     drifts = [None if d == "none" else d for d in args.drift or ("none", "every=10,fraction=0.2")]

@@ -69,7 +69,7 @@ STEP_BATCH = 4096  # updates per Write RPC of a step (~200 KB, far below gRPC's 
 # The loop's defaults, the same for `hotagg-ctl hotkeys auto` and `make run HOTSET=dynamic`
 # (tuned with bench/hotset_sim.py; experiment/hotset.py says on what and why).
 CHANGE_THRESHOLD = 6.0  # log-likelihood ratio (nats) at which a key's rate has changed
-CHANGE_WINDOW = 6  # steps back in which a change can be placed
+CHANGE_WINDOW = 12  # steps back in which a change can be placed (iterations at make run's pace)
 DECAY = 0.5  # weight of the past rate per step (RateEstimator, `--decay`)
 FIRST_FULL = True  # a key seen for the first time starts at its count
 MARGIN = 0.6  # a candidate needs (1 + MARGIN) times the weakest member's rate

@@ -29,6 +29,7 @@ from experiment.options import (
     workers,
 )
 from experiment.runner import (
+    HOTSET_EVERY,
     Experiment,
     ExperimentError,
     PreflightError,
@@ -114,9 +115,9 @@ def build_parser() -> OptionParser:
     run.add_argument(
         "--hotset-every",
         type=positive,
-        default=d.hotset_every,
+        default=None,
         metavar="N",
-        help="dynamic: re-select every N iterations",
+        help="dynamic: re-select every N iterations (default: 1; 2 with --hotset-source switch)",
     )
     run.add_argument(
         "--hotset-source",
@@ -452,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         switch_restarts=args.switch_restarts,
         extra_workload_args=extra,
         hotset=args.hotset,
-        hotset_every=args.hotset_every,
+        hotset_every=args.hotset_every or HOTSET_EVERY[args.hotset_source],
         hotset_source=args.hotset_source,
         drift=args.drift,
     )

@@ -58,6 +58,7 @@ from typing import IO, Any
 import numpy as np
 
 from controller.online import (
+    CHANGE_WINDOW,
     MARGIN,
     MIN_RATE,
     ChangeRateEstimator,
@@ -77,7 +78,6 @@ from hosts.workloads import DriftSpec
 
 MODES = ("static", "dynamic")
 SOURCES = ("ps", "switch")  # what the loop reads (RunConfig.hotset_source)
-DEFAULT_EVERY = 2  # iterations between re-selections
 # How often the loop looks at the PS's frequency files (a .live file's header: ~25 us, so
 # about 1-2% of a core at this rate). A step reads iterations up to t once the PS has counted
 # them, about when the workers start t+1, and its Write counts in t+1 only from when it lands:
@@ -99,7 +99,7 @@ STOP_WAIT_S = 30.0  # a step in flight (a P4Runtime write) gets this long to end
 # 32.5 ms p50 either way (static 31.8). SCHED_IDLE, which yields to any thread that wakes, measured
 # no better (31.81 against 31.89 ms, seeds 4-9) and risks a stall: a thread preempted while it holds
 # the interpreter lock blocks its process's other threads until it runs again. A step now takes
-# ~3 ms of CPU (`python -m bench.loop_cpu`); without drift, a loop that steps but moves nothing
+# ~4 ms of CPU (`python -m bench.loop_cpu`); without drift, a loop that steps but moves nothing
 # measured within noise of static, in this thread or in a process of its own session at autogroup
 # nice 19: what dynamic costs there is its moves (docs/hotset.md).
 LOOP_NICE = 19
@@ -107,7 +107,8 @@ LOOP_NICE = 19
 # tuned with bench/hotset_sim.py on the run's workload (Zipf 1.1 over 100,000 keys, 4 workers
 # x 256 draws, 88-108 slots; seeds 3-5, checked on 6-11; drift none, every=20/10/5 with
 # fraction 0.1/0.2/0.3), scored against the expected oracle, at lag 1 (a step's changes in
-# force an iteration after the next, as measured here):
+# force an iteration after the next, as measured then) and a step every 2 iterations (the
+# figures below are from then; the last paragraph says what a step every iteration changed):
 # - ChangeRateEstimator, CHANGE_THRESHOLD 6 nats over CHANGE_WINDOW 6 steps: a key's rate
 #   is the mean since it last changed (the figures below are from before it counted hot keys
 #   by their presence, at 7 nats; the last item says what that changed). Under drift a key's
@@ -179,7 +180,13 @@ LOOP_NICE = 19
 # by iteration and key): a weaker noise test, margin 0.3, a minimum rate of 0.5-0.8, a score
 # test, weaker tests for fresh candidates or against weak members (0.872-0.892 at 2%, 29-241
 # keys moved without drift, against 0.877 and 27.7), and a step every iteration (simulator
-# 0.897; `make run` 0.887 against 0.892 at every=10, 0.2-0.35 ms slower).
+# 0.897; `make run` 0.887 against 0.892 at every=10, 0.2-0.35 ms slower: its steps, ~9 ms of
+# CPU, did not keep the pace, and their Writes landed after the next iteration's pushes).
+# A step every iteration is now the default (runner.HOTSET_EVERY, change_window): the change
+# test became ~4x cheaper at the same results (controller/online.py, ChangeRateEstimator
+# _detect_changes), so a step is ~4 ms of CPU and its Write lands during the next iteration's
+# pushes on the embedded target and before them on BMv2. docs/hotset.md, "A step every
+# iteration", has the batches.
 # The source is the PS's files alone (cold counts, and the hot keys' `collected` presence,
 # PSFrequencySource(collected=True)): every update is counted once, and a step needs no
 # switch read (the 8 tables' hit counters were ~70% of a step's time on the embedded
@@ -300,6 +307,12 @@ class IterationSpan:
         return obs
 
 
+def change_window(every: int) -> int:
+    """The change test's window in steps of `every` iterations: CHANGE_WINDOW iterations,
+    whatever the pace (CHANGE_WINDOW steps of one iteration each; 6 steps of 2)."""
+    return max(1, round(CHANGE_WINDOW / every))
+
+
 def sketch_threshold(every: int) -> int:
     """Updates in a step (`every` iterations) that get a cold key reported: what a key needs
     to replace a member at the minimum rate (MIN_RATE, and the MARGIN over it). With half
@@ -345,7 +358,8 @@ def online_loop_factory(
         controller = OnlineController(
             SwitchTarget(hot_keys, job),
             rates,
-            ChangeRateEstimator(),  # controller/online.py's defaults, tuned as said at the top
+            # controller/online.py's defaults, tuned as said at the top, over as many iterations
+            ChangeRateEstimator(window=change_window(every)),
             Hysteresis(budget),
             log,
         )

@@ -68,6 +68,15 @@ def exit_description(returncode: int) -> str:
     return f"exited with code {returncode}"
 
 
+# Iterations between the online loop's re-selections, by what it reads (hotset_source). With
+# the PS's counters, every iteration: a key that enters the head is in the set an iteration
+# sooner, and the change test looks back as many iterations (experiment/hotset.py
+# change_window). The switch's source stays at 2: each step reads the hit counters and the
+# followed sketch cells (~10 ms of the embedded switch's CPU), and a report threshold over one
+# iteration (2 updates) would report many more tail keys; not measured at 1.
+HOTSET_EVERY = {"ps": 1, "switch": 2}
+
+
 @dataclass
 class Watched:
     """A process the runner started and watches: a switch, a PS shard or a worker.
@@ -119,7 +128,7 @@ class RunConfig:
     # The hot set during the offload phase: "static" (the warm-up's, frozen) or "dynamic"
     # (the online loop re-selects every `hotset_every` iterations, experiment/hotset.py).
     hotset: str = "static"
-    hotset_every: int = 2
+    hotset_every: int = 1  # HOTSET_EVERY["ps"]
     # What the online loop reads: "ps" (the PS shards' .live counters) or "switch" (the
     # hot-key tables' hit counters and the cold-key sketch's reports: nothing from the PS).
     hotset_source: str = "ps"

@@ -30,7 +30,7 @@ def test_finite_skew_and_ps_list_parse() -> None:
 
 def test_hotset_and_drift_parse_and_default_to_static_without_drift() -> None:
     args = build_parser().parse_args(["run"])
-    assert args.hotset == "static" and args.drift is None and args.hotset_every == 2
+    assert args.hotset == "static" and args.drift is None and args.hotset_every is None
     assert args.hotset_source == "ps"
     assert build_parser().parse_args(["run", "--hotset-source", "switch"]).hotset_source == "switch"
     args = build_parser().parse_args(

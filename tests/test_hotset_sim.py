@@ -30,23 +30,32 @@ def test_the_informed_loop_bounds_the_online_one_and_static_trails_under_drift()
         assert run["coverage"] <= run["oracle"]
 
 
-def test_the_informed_loop_installs_the_expected_oracle_of_the_iteration_it_counted() -> None:
-    # The head changes every 2 iterations; a step after each even iteration s sets the
-    # expected oracle's keys of s, in force (lag 0) in s+1 and s+2, i.e. the next epoch's.
-    drift, seed, iterations = "every=2,fraction=0.5", 7, 12
+def _informed_in_force(drift: str, seed: int, iterations: int, every: int, lag: int):
+    """An informed run, and per iteration t from 4 on: its coverage, and what the expected
+    oracle of `stepped(t)` (the iteration whose step is in force at t) covers of t."""
     run = hotset_sim.simulate(
-        drift, seed, iterations, lag=0, every=2, policy="informed", trace=True
+        drift, seed, iterations, lag=lag, every=every, policy="informed", trace=True
     )
     wl = ZipfWorkload(100_000, 1.1, 256, seed=seed, drift=DriftSpec.parse(drift))
-    for t in range(3, iterations + 1):
+
+    def covered(t: int, stepped: int) -> float:
         counts: Counter[int] = Counter()
         for worker in range(4):
             counts.update(wl.pull_keys(worker, t).tolist())
-        stepped = t - 1 if (t - 1) % 2 == 0 else t - 2
         hot = set(wl.hottest(run["budget"], stepped).tolist())
         assert hot != set(wl.hottest(run["budget"], t).tolist())  # the drift moved it
-        want = sum(n for k, n in counts.items() if k in hot) / sum(counts.values())
-        assert run["coverage_per_iteration"][t - 1] == pytest.approx(want)
+        return sum(n for k, n in counts.items() if k in hot) / sum(counts.values())
+
+    return run, covered
+
+
+def test_the_informed_loop_installs_the_expected_oracle_of_the_iteration_it_counted() -> None:
+    # The head changes every 2 iterations; a step after each even iteration s sets the
+    # expected oracle's keys of s, in force (lag 0) in s+1 and s+2, i.e. the next epoch's.
+    run, covered = _informed_in_force("every=2,fraction=0.5", 7, 12, every=2, lag=0)
+    for t in range(3, 13):
+        stepped = t - 1 if (t - 1) % 2 == 0 else t - 2
+        assert run["coverage_per_iteration"][t - 1] == pytest.approx(covered(t, stepped))
 
 
 def test_a_loop_stepping_after_odd_iterations_reads_each_epoch_start_inside_a_step() -> None:
@@ -59,6 +68,7 @@ def test_a_loop_stepping_after_odd_iterations_reads_each_epoch_start_inside_a_st
             "every=10,fraction=0.2",
             seed=7,
             iterations=40,
+            every=2,
             lag=1,
             phase=phase,
             policy="informed",
@@ -71,13 +81,25 @@ def test_a_loop_stepping_after_odd_iterations_reads_each_epoch_start_inside_a_st
     assert at[1][14 - 1] == pytest.approx(at[0][14 - 1])  # phase 0's after 12 catches up at 14
 
 
-def test_an_unknown_policy_or_a_lag_of_a_whole_step_is_refused() -> None:
+def test_an_unknown_policy_a_negative_lag_or_a_phase_past_the_step_is_refused() -> None:
     with pytest.raises(ValueError, match="policy 'oracle'"):
         hotset_sim.simulate(None, seed=1, iterations=2, policy="oracle")
-    with pytest.raises(ValueError, match="lag 2 must be in"):
-        hotset_sim.simulate(None, seed=1, iterations=2, every=2, lag=2)
+    with pytest.raises(ValueError, match="lag -1 must be"):
+        hotset_sim.simulate(None, seed=1, iterations=2, lag=-1)
     with pytest.raises(ValueError, match="phase 2 must be in"):
         hotset_sim.simulate(None, seed=1, iterations=2, every=2, phase=2)
+
+
+def test_a_step_chooses_from_the_loops_record_while_earlier_writes_are_in_flight() -> None:
+    # A step every iteration whose changes are in force 2 iterations after the next: three
+    # steps' changes are pending at once. Each step must diff against what the loop has
+    # already chosen (its record, as SwitchTarget keeps it), not the set in force, or the
+    # in-force set drifts away from the steps' choices. The informed loop's step after s
+    # sets the expected oracle of s, in force at s + 3.
+    run, covered = _informed_in_force("every=2,fraction=0.5", 7, 14, every=1, lag=2)
+    for t in range(4, 15):  # t - 3 is always an earlier epoch's (2 iterations each)
+        assert run["coverage_per_iteration"][t - 1] == pytest.approx(covered(t, t - 3))
+    assert run["hot_per_iteration"] == [run["budget"]] * 14  # no key left behind
 
 
 def test_the_sweep_writes_every_policy_at_every_drift_and_a_figure(tmp_path: Path) -> None:
@@ -93,9 +115,8 @@ def test_the_sweep_writes_every_policy_at_every_drift_and_a_figure(tmp_path: Pat
         (p, t) for p in hotset_sim.POLICIES for t in turnovers
     }
     assert all(r["lag"] == hotset_sim.SWEEP_LAG for r in rows)
-    for policy in hotset_sim.POLICIES:  # the loops at both step phases, static once
-        phases = {r["phase"] for r in rows if r["policy"] == policy}
-        assert phases == ({0} if policy == "static" else {0, 1})
+    for policy in hotset_sim.POLICIES:  # a step every iteration: one phase
+        assert {r["phase"] for r in rows if r["policy"] == policy} == {0}
     assert all(0 <= r["coverage"] <= r["oracle"] <= 1 for r in rows)
     png = out.with_suffix(".png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -130,7 +151,8 @@ def test_missing_shares_sorts_the_left_out_oracle_keys_by_what_the_loop_made_of_
 
 
 def test_the_epoch_profile_lines_up_iterations_with_the_epoch_starts(tmp_path: Path) -> None:
-    # every=6: epochs start at 7, 13, 19. The informed loop's step after an epoch's first
+    # every=6: epochs start at 7, 13, 19; the loops step every 2 iterations, at both
+    # phases. The informed loop's step after an epoch's first
     # iteration (phase 1: after 7) is in force from its third (lag 1): it is right from
     # there to the epoch's end, and short before it. The online loop's steps chosen before
     # an epoch start leave out keys it has never seen; later ones far fewer.
@@ -138,7 +160,7 @@ def test_the_epoch_profile_lines_up_iterations_with_the_epoch_starts(tmp_path: P
     assert (
         hotset_sim.main(
             ["--epochs", "every=6,fraction=0.5", "--seeds", "7", "--iterations", "30",
-             "--out", str(out)]
+             "--every", "2", "--lag", "1", "--out", str(out)]
         )
         == 0
     )  # fmt: skip
