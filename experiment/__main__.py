@@ -117,7 +117,9 @@ def build_parser() -> OptionParser:
         type=positive,
         default=None,
         metavar="N",
-        help="dynamic: re-select every N iterations (default: 1; 2 with --hotset-source switch)",
+        help="dynamic: re-select every N iterations (default by source: "
+        + ", ".join(f"{src} {n}" for src, n in HOTSET_EVERY.items())
+        + ")",
     )
     run.add_argument(
         "--hotset-source",

@@ -83,8 +83,8 @@ SOURCES = ("ps", "switch")  # what the loop reads (RunConfig.hotset_source)
 # them, about when the workers start t+1, and its Write counts in t+1 only from when it lands:
 # every ms of waiting is a ms later. Polling every 0.005 s instead of 0.02 s raised coverage /
 # expected oracle from 0.894 to 0.901 (seeds 4-9 at 2% drift); 0.002 s takes another ~1.5 ms
-# off the wait on average. Where the Writes land: "When a step's Write lands" in
-# docs/hotset.md (`bench.write_landing`).
+# off the wait on average. Where the Writes land (`bench.write_landing`): docs/hotset.md, "A
+# step every iteration" (and, before it, "When a step's Write lands").
 POLL_S = 0.002
 STOP_WAIT_S = 30.0  # a step in flight (a P4Runtime write) gets this long to end
 # The loop's thread runs at the lowest CPU priority: a controller runs on a CPU of its own, not on
