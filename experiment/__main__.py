@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         switch_restarts=args.switch_restarts,
         extra_workload_args=extra,
         hotset=args.hotset,
-        hotset_every=args.hotset_every or HOTSET_EVERY[args.hotset_source],
+        hotset_every=args.hotset_every or 0,  # 0: the source's (RunConfig)
         hotset_source=args.hotset_source,
         drift=args.drift,
     )

@@ -128,11 +128,15 @@ class RunConfig:
     # The hot set during the offload phase: "static" (the warm-up's, frozen) or "dynamic"
     # (the online loop re-selects every `hotset_every` iterations, experiment/hotset.py).
     hotset: str = "static"
-    hotset_every: int = 1  # HOTSET_EVERY["ps"]
+    hotset_every: int = 0  # 0: the source's pace, HOTSET_EVERY[hotset_source]
     # What the online loop reads: "ps" (the PS shards' .live counters) or "switch" (the
     # hot-key tables' hit counters and the cold-key sketch's reports: nothing from the PS).
     hotset_source: str = "ps"
     drift: str | None = None  # the measured phases' --drift (hosts/workloads.py), or None
+
+    def __post_init__(self) -> None:
+        if not self.hotset_every:  # an unknown source is refused where it is checked
+            self.hotset_every = HOTSET_EVERY.get(self.hotset_source, HOTSET_EVERY["ps"])
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -16,7 +16,7 @@ import pytest
 
 from controller.online import Changes, Hysteresis, OnlineController, RateEstimator
 from experiment import hotset
-from experiment.runner import ExperimentError, PhaseResult, RunConfig
+from experiment.runner import HOTSET_EVERY, ExperimentError, PhaseResult, RunConfig
 from hosts.stats import CsvLog, write_frequency
 from hosts.worker import LOG_COLUMNS
 from hosts.workloads import DriftSpec, LogisticWorkload, ZipfWorkload
@@ -221,6 +221,15 @@ def test_achieved_counts_the_switchs_mask_bits_over_pushed_entries(tmp_path: Pat
     assert hotset.achieved_per_iteration(phase, 2) == {1: (7, 15), 2: (2, 2)}
 
 
+def test_the_loops_pace_defaults_to_its_sources_unless_given() -> None:
+    # the switch source reads the switch's counters each step: a library user who picks it
+    # gets its pace, not the PS source's
+    for source, pace in HOTSET_EVERY.items():
+        assert RunConfig(hotset="dynamic", hotset_source=source).hotset_every == pace
+        assert RunConfig(hotset_source=source, hotset_every=5).hotset_every == 5
+    assert HOTSET_EVERY["ps"] != HOTSET_EVERY["switch"]  # else this test tells nothing
+
+
 def test_summary_block_and_table_line(tmp_path: Path) -> None:
     cfg = RunConfig(
         workers=2, iterations=2, keys=500, keys_per_iter=8, hotset="dynamic", drift=None
@@ -238,7 +247,7 @@ def test_summary_block_and_table_line(tmp_path: Path) -> None:
     ]
     block = hotset.summarize(cfg, cfg.as_dict(), phase, budget=4, steps=steps)
     assert block["mode"] == "dynamic" and block["budget"] == 4
-    assert block["every"] == cfg.hotset_every
+    assert block["every"] == cfg.hotset_every == HOTSET_EVERY["ps"]
     assert block["summed"] == [2, 0]
     assert block["updates"] == [
         sum(len(workload.pull_keys(w, t)) for w in range(2)) for t in (1, 2)
