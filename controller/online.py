@@ -471,14 +471,22 @@ def _loglik(
     """A segment's log-likelihood at its own rate r (_segment_rate): Poisson for the cold
     steps (n log r - r s), Bernoulli for the hot steps' presence (c log P + (h - c) log(1 - P),
     P = 1 - (1 - r / workers)^workers, the chance some worker draws the key), without the
-    terms that cancel in a split's ratio (those of each step's own data)."""
-    r = _segment_rate(n, s, c, h, workers)
-    ll = n * np.log(np.where(n > 0, np.maximum(r, 1e-300), 1.0)) - r * s
-    if h.any():
+    terms that cancel in a split's ratio (those of each step's own data). Segments without
+    hot steps (h = 0, most of them) are Poisson alone, r = n / s: n log(n / s) - n in closed
+    form, without _segment_rate's presence terms and Newton steps."""
+    ll = np.where(n > 0, n * np.log(np.maximum(n, 1e-300) / np.maximum(s, 1e-300)), 0.0) - n
+    hot = h > 0
+    if hot.any():
+        n, s, c, h = n[hot], s[hot], c[hot], h[hot]
+        r = _segment_rate(n, s, c, h, workers)
         p = 1.0 - (1.0 - np.clip(r / workers, 0.0, 1.0)) ** workers
         p = np.clip(p, 1e-12, 1.0 - 1e-12)
-        ll += np.where(c > 0, c * np.log(p), 0.0)
-        ll += np.where(h > c, (h - c) * np.log(1.0 - p), 0.0)
+        ll[hot] = (
+            n * np.log(np.where(n > 0, np.maximum(r, 1e-300), 1.0))
+            - r * s
+            + np.where(c > 0, c * np.log(p), 0.0)
+            + np.where(h > c, (h - c) * np.log(1.0 - p), 0.0)
+        )
     return ll
 
 
@@ -641,15 +649,7 @@ class ChangeRateEstimator(_KeyRows):
         after = [np.cumsum(x[::-1], axis=0) for x in steps]
         before = [t[None, :] - a for t, a in zip(total, after)]
         parts = [np.concatenate([t[None, :], a, b]) for t, a, b in zip(total, after, before)]
-        # Rows without presence steps (most) are Poisson alone: n log(n / s) - n, without
-        # _loglik's presence terms and Newton steps, the same numbers for a fraction of the
-        # CPU.
-        n, s = parts[0], parts[1]
-        ll = np.where(n > 0, n * np.log(np.maximum(n, 1e-300) / np.maximum(s, 1e-300)), 0.0) - n
-        present = np.flatnonzero(total[3] > 0)
-        if present.size:
-            sub = [p[:, present] for p in parts]
-            ll[:, present] = _loglik(*(p.ravel() for p in sub), workers).reshape(sub[0].shape)
+        ll = _loglik(*parts, workers)
         whole, ll_after, ll_before = ll[0], ll[1 : window + 1], ll[window + 1 :]
         ratio = ll_after + ll_before - whole[None, :]
         empty = (before[1] + before[3] <= 0) | (after[1] + after[3] <= 0)
