@@ -123,7 +123,7 @@ def build_parser() -> OptionParser:
     )
     run.add_argument(
         "--hotset-source",
-        choices=("ps", "switch"),
+        choices=tuple(HOTSET_EVERY),
         default=d.hotset_source,
         help="dynamic: what the online loop measures the keys' rates from: the PS's counters "
         "(ps), or the switch alone (switch: the hot-key tables' hit counters and the "

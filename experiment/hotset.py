@@ -72,12 +72,19 @@ from controller.online import (
     SwitchHitsSource,
     SwitchTarget,
 )
-from experiment.runner import ExperimentError, PhaseResult, RunConfig, freq_name, say
+from experiment.runner import (
+    HOTSET_EVERY,
+    ExperimentError,
+    PhaseResult,
+    RunConfig,
+    freq_name,
+    say,
+)
 from hosts.stats import frequency_meta, is_live, write_json
 from hosts.workloads import DriftSpec
 
 MODES = ("static", "dynamic")
-SOURCES = ("ps", "switch")  # what the loop reads (RunConfig.hotset_source)
+SOURCES = tuple(HOTSET_EVERY)  # what the loop reads (RunConfig.hotset_source), each with its pace
 # How often the loop looks at the PS's frequency files (a .live file's header: ~25 us, so
 # about 1-2% of a core at this rate). A step reads iterations up to t once the PS has counted
 # them, about when the workers start t+1, and its Write counts in t+1 only from when it lands:
