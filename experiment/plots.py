@@ -193,9 +193,9 @@ def coverage(path: Path, hotset: dict) -> None:
     fig = plt.figure(figsize=(7, 3.6 if len(heights) == 1 else 2.4 * sum(heights)))
     grid = fig.add_gridspec(len(heights), 1, height_ratios=heights)
     ax = fig.add_subplot(grid[0])
-    axes = [[ax]]
+    panels = [ax]  # the ones that share the iterations axis
     if dynamic:
-        axes.append([fig.add_subplot(grid[1], sharex=ax)])
+        panels.append(fig.add_subplot(grid[1], sharex=ax))
         ax.tick_params(labelbottom=False)  # the moves panel below carries the iterations
     its = np.arange(1, len(hotset["coverage"]) + 1)
     oracle = 100 * np.array(hotset["oracle_coverage"])
@@ -212,7 +212,7 @@ def coverage(path: Path, hotset: dict) -> None:
     every = _drift_every(hotset.get("drift"))
     if every:
         for t in range(every + 1, len(its) + 1, every):
-            for a in (row[0] for row in axes):
+            for a in panels:
                 a.axvline(t - 0.5, color="gray", ls=":", lw=0.8)
     ax.set_ylabel("share of the iteration's updates (%)")
     # from 0, so that the lines' distances read as shares; room above for the legend
@@ -229,7 +229,7 @@ def coverage(path: Path, hotset: dict) -> None:
             title += f", {100 * hotset['coverage_ratio_expected']:.0f}% of the expected one"
     ax.set_title(title, fontsize=10)
     if dynamic:
-        mv = axes[1][0]
+        mv = panels[1]
         moves = [m for m in hotset["moves"] if m["iteration"] is not None]
         x = [m["iteration"] for m in moves]
         mv.bar(x, [m["added"] for m in moves], color="tab:green", label="entered")
@@ -238,7 +238,7 @@ def coverage(path: Path, hotset: dict) -> None:
         mv.set_ylabel("keys per re-selection")
         mv.grid(alpha=0.3)
         mv.legend(loc="upper right", fontsize=8)
-    axes[-1][0].set_xlabel("iteration (offload phase)")
+    panels[-1].set_xlabel("iteration (offload phase)")
     if recovery:
         rec = fig.add_subplot(grid[-1])
         offsets = np.arange(len(recovery))
