@@ -564,8 +564,8 @@ class ChangeRateEstimator(_KeyRows):
             self._old_h + self._h.sum(axis=0),
         )
 
-    def _refresh(self) -> None:
-        n, s, c, h = self._totals()
+    def _refresh(self, totals: tuple[np.ndarray, ...]) -> None:
+        n, s, c, h = totals
         self._rate = _segment_rate(n, s, c, h, self.workers)
         self._span = s + h
         var_cold = np.divide(self._rate, s, out=np.zeros_like(s), where=s > 0)
@@ -628,15 +628,17 @@ class ChangeRateEstimator(_KeyRows):
             rows = [self._row[k] for k in obs.moved if k in self._row]
             for name in self._windows:
                 getattr(self, name)[-1, rows] = 0.0
-        self._detect_changes()
-        self._refresh()
+        totals = self._totals()
+        self._detect_changes(totals)
+        self._refresh(totals)
         self._compact()
 
-    def _detect_changes(self) -> None:
+    def _detect_changes(self, totals: tuple[np.ndarray, ...]) -> None:
+        """Restart the segments of the rows whose rate changed, and their `totals` (the
+        rows' _totals(), updated in place for _refresh)."""
         if not self._keys:
             return
         window, workers = self.window, self.workers
-        totals = self._totals()
         rows = self._testable(totals)
         if not rows.size:
             return
@@ -662,10 +664,11 @@ class ChangeRateEstimator(_KeyRows):
         changed = rows[found]
         self.changes += int(changed.size)
         keep = np.arange(window)[:, None] >= window - 1 - split[None, found]
-        for name in self._windows:
+        for name, total_of in zip(self._windows, totals):
             w = getattr(self, name)
             w[:, changed] = np.where(keep, w[:, changed], 0.0)
             getattr(self, "_old" + name)[changed] = 0.0
+            total_of[changed] = w[:, changed].sum(axis=0)
 
     def _testable(self, totals: tuple[np.ndarray, ...]) -> np.ndarray:
         """The rows whose ratio can exceed the threshold: those with presence steps, and the
