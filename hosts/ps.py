@@ -8,15 +8,18 @@ Parameters are fixed-point int64 over the key space; this shard owns key % n_sha
   iteration t sees exactly iterations < t. The PUSH_ACK echoes the mask the switch set.
 - PULL for t: answered once iterations < t are applied, else held. The reply's mask is the
   request's (the switch's cache-hit bitmap) plus the entries whose keys this PS knows the
-  cache holds for t (acked WRITEBACKs), so workers learn them as hot; values are int64
-  clamped to int32.
+  cache holds for t (acked WRITEBACKs), so workers learn them as hot, but not those the
+  switch passed on unanswered (such a key has left the switch); values are int64 clamped
+  to int32.
 - DONE(t) from every worker: COLLECT iteration t from the switch (offsets 0..hot_slots-1,
   MAX_ENTRIES per packet; a lost reply is asked again after an RTT-based timeout, or at once
   when a later COLLECT is answered first, until answered: giving up would lose the switch's
   sums, so only an explicit `collect_retries` does that), apply cold and
   collected sums, WRITEBACK the new values of the hot keys tagged t+1 (sent once each), and
   DONE_ACK(t) to all workers as soon as the last WRITEBACK is sent (see _finalize), again to
-  any later DONE(t). While workers are retransmitting, each DONE_ACK is sent twice.
+  any later DONE(t). While workers are retransmitting, each DONE_ACK is sent twice. Its
+  entries name keys that left the switch's cache (hosts/switch_cache.py), so that workers
+  stop grouping them as cached.
 - Hot keys (for WRITEBACK) are the keys this shard collected; a key leaves the set when a
   WRITEBACK_ACK has its mask bit clear. Values beyond int32 are not written back.
 Server-only mode (collect off) skips COLLECT and WRITEBACK. The conversation with the switch
@@ -52,6 +55,7 @@ from contract.constants import (
     HOTAGG_PORT,
     INT32_MAX,
     INT32_MIN,
+    MAX_ENTRIES,
     MAX_WORKERS,
     NUM_SLOTS,
     Op,
@@ -230,6 +234,9 @@ class ParameterServer:
         self._held: deque[tuple[Message, Address, float]] = deque()
         # what this PS believes the switch cache holds (docs/design.md section 3)
         self.cache = CacheBeliefs()
+        # the evicted keys the DONE_ACKs of one iteration carry (a re-ack repeats them)
+        self._evicted_told: list[int] = []
+        self._evicted_told_at = 0
         self._peers: dict[Address, str] = {}  # address -> "ip:port" for the log
         self._stop = threading.Event()
         self._loss_seen = 0  # the latest iteration that saw a retransmitted request
@@ -456,9 +463,17 @@ class ParameterServer:
         # this iteration (acked WRITEBACKs), so that workers learn them as hot.
         mask, it, tag = m.mask, m.iteration, self.cache.tag
         if tag:
+            # (in the barrier a refresh may already have moved the slot on to the next
+            # iteration, unbeknown to this PS: only a stray resent pull comes then)
+            switch_mask = m.mask if self.cfg.collect and not self.it.in_barrier else None
             for i, key in enumerate(m.keys):
                 if tag.get(key) == it:  # self.cache.holds(key, it), on the hot path
-                    mask |= 1 << i
+                    if switch_mask is not None and not switch_mask >> i & 1:
+                        # the switch passed it although it caches it for `it`: it has left
+                        self.cache.not_served(key)
+                        self.counters["evicted_not_served"] += 1
+                    else:
+                        mask |= 1 << i
         reply = encode(Op.PULL_REPLY, m.job_id, m.worker_id, m.seq, it, m.keys, values, mask=mask)
         self._send(reply, addr)
         self.counters["pull"] += 1
@@ -482,7 +497,9 @@ class ParameterServer:
         return "barrier"
 
     def _done_ack(self, worker: int, iteration: int) -> bytes:
-        return encode(Op.DONE_ACK, self.cfg.job_id, worker, self.cfg.shard, iteration)
+        # its entries: keys that left the switch's cache, announced at this release
+        told = self._evicted_told if iteration == self._evicted_told_at else ()
+        return encode(Op.DONE_ACK, self.cfg.job_id, worker, self.cfg.shard, iteration, told)
 
     # --- barrier: collect, apply, write back, release ---
     # COLLECT and WRITEBACK go through self._switch (hosts/switch_channel.py). DONE_ACK(t)
@@ -501,7 +518,9 @@ class ParameterServer:
         # Ask the switch to move a cached key on to cur + 1 only if this PS holds no cold
         # part of it for cur: the switch then knows every contribution but those that went
         # to another slot, which the replies show (see _collected_elsewhere).
-        refresh = self.cache.refreshable(it.number, set(it.cold_keys))
+        cold = set(it.cold_keys)
+        self.cache.not_summed(it.number, cold)
+        refresh = self.cache.refreshable(it.number, cold)
         self._switch.start_collect(it.number, refresh)
         self._advance()
 
@@ -597,6 +616,9 @@ class ParameterServer:
         # Workers that retransmit are losing packets: then a lost DONE_ACK, which costs a
         # worker a timeout and the whole job an iteration's wait, is made unlikely by a copy.
         copies = 2 if self._loss_seen and self.cur - self._loss_seen <= 2 else 1
+        self._evicted_told_at = self.cur
+        self._evicted_told = self.cache.take_evicted(MAX_ENTRIES, self.cur + 1)
+        self.counters["evicted_told"] += len(self._evicted_told)
         for w, (arrival, start) in sorted(it.done.items()):
             ack = self._done_ack(w, self.cur)
             for _ in range(copies):

@@ -24,6 +24,10 @@ class CacheBeliefs:
     # (offset, key) whose refresh was asked in a COLLECT that was given up: the switch may
     # have refreshed them, so the PS invalidates them before releasing the barrier
     unsure: list[tuple[int, int]] = field(default_factory=list)
+    # keys the switch stopped caching or summing although they were believed cached, in the
+    # order seen: told to the workers in DONE_ACK, so that they stop grouping them as cached
+    # (a PULL with one of them misses whole; docs/design.md section 4)
+    evicted: dict[int, None] = field(default_factory=dict)
 
     def seed(self, offsets: dict[int, int | None]) -> None:
         """The controller's hot set (key -> offset or None), before its prefill WRITEBACK."""
@@ -64,6 +68,35 @@ class CacheBeliefs:
     def rejected(self, key: int) -> None:
         """A WRITEBACK of `key` was refused: the switch no longer holds it."""
         self.tag.pop(key, None)
+        self.evicted[key] = None
+
+    def not_served(self, key: int) -> None:
+        """The switch did not answer a pull of `key` for the iteration its cache was believed
+        to hold it for: no table entry maps the key there any more."""
+        self.tag.pop(key, None)
+        offset = self.offset_of.get(key)
+        if offset is not None and self.slot.get(offset, (None,))[0] == key:
+            del self.slot[offset]  # refreshing it would tag a value no pull reaches
+        self.evicted[key] = None
+
+    def not_summed(self, iteration: int, cold: set[int]) -> None:
+        """Keys cached for `iteration` that had a cold part in it: the switch refused to sum
+        them, most often because they left the hot set (their WRITEBACK tells for sure)."""
+        for key, tagged in self.tag.items():
+            if tagged == iteration and key in cold:
+                self.evicted[key] = None
+
+    def take_evicted(self, at_most: int, iteration: int) -> list[int]:
+        """Up to `at_most` evicted keys to tell the workers, oldest first, leaving out keys
+        the cache holds again for `iteration`."""
+        out: list[int] = []
+        for key in list(self.evicted):
+            if len(out) == at_most:
+                break
+            del self.evicted[key]
+            if self.tag.get(key) != iteration:
+                out.append(key)
+        return out
 
     def forget(self, offset: int, key: int) -> None:
         """The entry at `offset` is invalid (invalidated, or its refresh may have happened)."""

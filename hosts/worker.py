@@ -13,7 +13,8 @@ and the PS keep order, so it was lost); a second reply to a resent request count
 `spurious_retransmits`. After a resend, DONE goes out twice.
 
 Keys the switch aggregated (PUSH_ACK mask bit set) or holds in its cache (PULL_REPLY mask bit
-set) are "hot"; a cleared PUSH_ACK bit makes a key cold again, for pulls as well. Hot keys
+set) are "hot"; a cleared PUSH_ACK bit makes a key cold again, for pulls as well, and so does
+a DONE_ACK that names it (it left the switch, docs/design.md section 4). Hot keys
 travel in their own PULL and PUSH packets, so the switch can answer a whole pull from its
 cache and ack a whole push without involving the PS.
 
@@ -157,6 +158,7 @@ class Worker:
         # PULLs): learnt from PUSH_ACK and PULL_REPLY masks, seeded with the configured hot set.
         self.hot: set[int] = set(config.hot_keys or ())
         self.cached: set[int] = set(config.hot_keys or ())
+        self._evicted: set[int] = set()  # told by the last DONE_ACKs, for _regroup
         self.counters: Counter[str] = Counter()
         self._stop = threading.Event()
         self._next_seq = 1
@@ -221,6 +223,8 @@ class Worker:
                 self._push(t, np.asarray(step.keys, np.uint64), np.asarray(step.values, np.int32))
                 prepare = partial(self._prepare_pull, t + 1) if t < cfg.iterations else None
                 nxt = self._done(t, prepare)
+                if nxt is not None and self._evicted:
+                    nxt = (nxt[0], self._regroup(t + 1, *nxt))
                 elapsed = time.perf_counter() - t0
                 losses.append(step.loss)
                 t_wall = t0 + self._wall_offset
@@ -311,13 +315,27 @@ class Worker:
         """Iteration t's keys and PULL requests, keys the switch cache held in their own
         packets (a PULL is answered by the switch only if all its keys hit)."""
         keys = np.asarray(self.workload.pull_keys(self.cfg.worker_id, t), dtype=np.uint64)
+        return keys, self._pull_requests(t, keys)
+
+    def _pull_requests(self, t: int, keys: np.ndarray) -> list[_Request]:
         reqs, job, me = [], self.cfg.job_id, self.cfg.worker_id
         for shard, hot, pos in self._groups(keys, self.cached):
             seq, self._next_pull = self._next_pull, self._next_pull + 1
             k = tuple(keys[pos].tolist())
             m = Message(Op.PULL, 0, job, me, seq, t, 0, k, (0,) * len(k))
             reqs.append(Request(m, self.cfg.ps[shard], "pull", _Entries(shard, pos, len(k) * hot)))
-        return keys, reqs
+        return reqs
+
+    def _regroup(self, t: int, keys: np.ndarray, reqs: list[_Request]) -> list[_Request]:
+        """t's prepared PULLs again if a DONE_ACK said one of their cached keys left the
+        switch (one such key would take its whole PULL to the PS); they were not sent, so
+        their seqs are reused."""
+        told, self._evicted = self._evicted, set()
+        if not any(r.context.hot and not told.isdisjoint(r.msg.keys) for r in reqs):
+            return reqs
+        self.counters["pulls_regrouped"] += 1
+        self._next_pull = reqs[0].msg.seq
+        return self._pull_requests(t, keys)
 
     def _pull(
         self, t: int, reqs: list[_Request], n: int, idle: Callable[[], None] | None = None
@@ -375,7 +393,16 @@ class Worker:
             Request(Message(Op.DONE, 0, job, me, s, t, 0), addr, "done", _Entries(s))
             for s, addr in enumerate(self.cfg.ps)
         ]
-        done = lambda _r, m: m.iteration == t  # noqa: E731
+
+        def done(_r: _Request, m: Message) -> bool:
+            if m.iteration != t:
+                return False
+            if m.keys:  # keys that left the switch's cache (docs/design.md section 4)
+                self.hot.difference_update(m.keys)
+                self.cached.difference_update(m.keys)
+                self._evicted.update(m.keys)
+            return True
+
         return self._transfer(self._barrier, t, reqs, Op.DONE_ACK, done, idle)
 
     # --- reliable request/reply engine ---

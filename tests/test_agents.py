@@ -25,7 +25,7 @@ from hosts.agent import INITIAL_RTO, AgentError, DeadlineExceeded, RttEstimator
 from hosts.ps import ParameterServer, PSConfig
 from hosts.ps import main as ps_main
 from hosts.stats import load_hot_keys, load_params, params_sha256, read_frequency, write_hot_keys
-from hosts.worker import Worker, WorkerConfig
+from hosts.worker import Worker, WorkerConfig, WorkerResult
 from hosts.workloads import LogisticWorkload, TraceWorkload, ZipfWorkload, reference_run
 from tests.agent_fakes import FakeSwitch, PipelineSwitch, Relay
 
@@ -1030,17 +1030,34 @@ def test_pull_reply_marks_keys_the_cache_holds() -> None:
         # The switch cached key 5 for iteration 1, and refused key 6.
         ack = encode(Op.WRITEBACK_ACK, JOB, 0, 99, 1, [5, 6], [0, 0], mask=0b01)
         switch.sendto(ack, ps.address)
+        # A cold PULL the switch did not look at (the PS's belief adds key 5)...
         w.sendto(encode(Op.PULL, JOB, 0, 1, 1, [6, 5, 7], mask=0b100), ps.address)
         reply = decode(w.recv(2048))
-        # The switch's own hit bit (entry 2) stays, the PS adds entry 1 (key 5).
-        assert reply.op == Op.PULL_REPLY and reply.keys == (6, 5, 7) and reply.mask == 0b110
-        w.sendto(encode(Op.PULL, JOB, 0, 2, 1, [5]), ps.address)
-        assert decode(w.recv(2048)).mask == 0b1
+        # ...would have its hit: the switch's own bit (entry 2) stays, key 5's stays clear.
+        # The switch did not serve key 5 although its cache holds it for iteration 1, so it
+        # has left the hot set: it is no longer marked, and the next DONE_ACK says so.
+        assert reply.op == Op.PULL_REPLY and reply.keys == (6, 5, 7) and reply.mask == 0b100
+        w.sendto(encode(Op.PULL, JOB, 0, 2, 1, [5], mask=0b1), ps.address)
+        assert decode(w.recv(2048)).mask == 0b1  # the switch's bit is passed on as it is
+        w.sendto(encode(Op.DONE, JOB, 0, 0, 1), ps.address)
+        switch.settimeout(5)
+        for _ in range(2):  # the COLLECT of the 8 slots, which summed nothing
+            data, addr = switch.recvfrom(2048)
+            c = decode(data)
+            if c.op == Op.COLLECT:
+                switch.sendto(encode(Op.COLLECT_REPLY, JOB, 0, c.seq, 1, c.keys, c.values), addr)
+                break
+        ack = decode(w.recv(2048))
+        # key 6 first: the switch refused its WRITEBACK, it is not hot there either
+        assert ack.op == Op.DONE_ACK and ack.iteration == 1 and ack.keys == (6, 5)
+        w.sendto(encode(Op.DONE, JOB, 0, 0, 1), ps.address)  # a lost ack: the re-ack tells too
+        assert decode(w.recv(2048)).keys == (6, 5)
     ps.stop()
     th.join(5)
     switch.close()
     ps.close()
-    assert out["ps"]["counters"]["writeback_rejected"] == 1
+    c = out["ps"]["counters"]
+    assert c["writeback_rejected"] == 1 and c["evicted_not_served"] == 1
 
 
 class MaskingPS:
@@ -1053,8 +1070,10 @@ class MaskingPS:
         pull_mask: Callable[[int], bool],
         push_mask: Callable[[int], bool],
         iterations: int = 1,
+        evicted: dict[int, list[int]] | None = None,
     ) -> None:
         self.pull_mask, self.push_mask, self.iterations = pull_mask, push_mask, iterations
+        self.evicted = evicted or {}  # iteration -> keys its DONE_ACK says left the cache
         self.pulls: dict[int, tuple[int, tuple[int, ...]]] = {}
         self.pushes: dict[int, tuple[int, tuple[int, ...]]] = {}
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -1080,7 +1099,8 @@ class MaskingPS:
                 mask = sum(1 << i for i, k in enumerate(m.keys) if self.push_mask(k))
                 reply = encode(Op.PUSH_ACK, JOB, 0, m.seq, m.iteration, mask=mask)
             else:
-                self.sock.sendto(encode(Op.DONE_ACK, JOB, 0, m.seq, m.iteration), addr)
+                told = self.evicted.get(m.iteration, ())
+                self.sock.sendto(encode(Op.DONE_ACK, JOB, 0, m.seq, m.iteration, told), addr)
                 if m.iteration >= self.iterations:
                     return
                 continue
@@ -1108,20 +1128,24 @@ def test_worker_groups_keys_the_cache_holds_as_hot(tmp_path) -> None:
     assert result.cpu is not None and result.cpu["user_s"] >= 0
 
 
-def test_a_key_whose_push_the_switch_did_not_sum_is_pulled_cold_next(tmp_path) -> None:
-    # The worker starts with 12 hot keys, all cached (its PULL_REPLYs say so). Iteration 1's
-    # PUSH_ACKs clear the bit of one of them, `left`: it has left the switch, whose cache
-    # would miss it in iteration 2 and send its whole hot PULL to the PS. Iteration 2 must
-    # pull `left` with the cold keys, and the other hot keys still in PULLs of their own.
+def _one_key_leaves(told_by_done_ack: bool) -> tuple[MaskingPS, WorkerResult]:
+    """A worker starts with 12 hot keys, all cached (its PULL_REPLYs say so), and one of them,
+    `left`, leaves the switch in iteration 1. Either iteration 1's PUSH_ACKs clear its bit,
+    or (`told_by_done_ack`) the switch summed it all through iteration 1 (the Write landed
+    after its pushes) and only DONE_ACK(1) names it. Iteration 2 must pull `left` with the
+    cold keys, and the other hot keys still in PULLs of their own: the switch's cache would
+    miss `left` and send its whole hot PULL to the PS."""
     wl = zipf()
     drawn = [set(wl.pull_keys(0, t).tolist()) for t in (1, 2)]
     hot = sorted(drawn[0] & drawn[1])[:12]
     left = hot[0]
-    # (what the PS then says of `left` comes after iteration 2's PULLs are grouped)
-    fake = MaskingPS(lambda k: k in hot, lambda k: k in hot and k != left, iterations=2)
+    if told_by_done_ack:
+        fake = MaskingPS(lambda k: k in hot, lambda k: k in hot, 2, evicted={1: [left]})
+    else:
+        fake = MaskingPS(lambda k: k in hot, lambda k: k in hot and k != left, iterations=2)
     config = WorkerConfig(JOB, 0, [fake.sock.getsockname()], 2, deadline=10, hot_keys=hot)
     w = Worker(config, wl)
-    w.run()
+    result = w.run()
     w.close()
     fake.close()
     second = [keys for t, keys in fake.pulls.values() if t == 2]
@@ -1130,6 +1154,21 @@ def test_a_key_whose_push_the_switch_did_not_sum_is_pulled_cold_next(tmp_path) -
     assert len(with_left) == 1 and not with_left[0] & still_hot
     hot_pulls = [set(keys) for keys in second if set(keys) & still_hot]
     assert hot_pulls and all(keys <= still_hot for keys in hot_pulls)
+    return fake, result
+
+
+def test_a_key_whose_push_the_switch_did_not_sum_is_pulled_cold_next() -> None:
+    # (what the PS then says of `left` comes after iteration 2's PULLs are grouped)
+    _, result = _one_key_leaves(told_by_done_ack=False)
+    assert "pulls_regrouped" not in result.counters
+
+
+def test_a_key_the_done_ack_says_left_is_pulled_cold_next() -> None:
+    # iteration 2's PULLs were prepared while the worker waited for DONE_ACK(1): they are
+    # grouped again, and reuse the seqs of those never sent
+    fake, result = _one_key_leaves(told_by_done_ack=True)
+    assert sorted(fake.pulls) == list(range(1, len(fake.pulls) + 1))
+    assert result.counters["pulls_regrouped"] == 1
 
 
 def test_pulls_for_iterations_already_applied_are_not_answered() -> None:

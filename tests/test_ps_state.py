@@ -27,6 +27,20 @@ def test_beliefs_follow_refreshes_writebacks_and_losses() -> None:
     assert not c.holds(5, 2)
 
 
+def test_evicted_keys_are_told_once_oldest_first_unless_cached_again() -> None:
+    c = CacheBeliefs()
+    for key, offset in ((5, 0), (6, 1), (7, 2)):
+        c.collected(key, offset)
+        c.written(key, 3)
+    c.not_summed(3, cold={6, 9})  # 9 was never cached: a cold key like any other
+    c.not_served(5)  # its slot must not be refreshed any more: no pull reaches it
+    assert not c.holds(5, 3) and c.refreshable(3, cold=set()) == {1: 6, 2: 7}
+    c.rejected(7)
+    c.written(6, 4)  # its WRITEBACK was taken after all: the cache holds it again
+    assert c.take_evicted(1, 4) == [5]  # 6 is passed over, 7 waits for the next release
+    assert c.take_evicted(2, 5) == [7] and c.take_evicted(2, 5) == []
+
+
 def test_barrier_phases_of_an_iteration() -> None:
     it = IterationState(3)
     assert it.phase is Phase.ACCUMULATING and not it.in_barrier
