@@ -72,11 +72,10 @@ class CacheBeliefs:
 
     def not_served(self, key: int) -> None:
         """The switch did not answer a pull of `key` for the iteration its cache was believed
-        to hold it for: no table entry maps the key there any more."""
+        to hold it for: no table entry maps the key there any more (or, while the key moves,
+        not to that slot). The slot may still be refreshed: the switch checks the key and
+        the tag, and the barrier invalidates a refresh that missed sums (docs/design.md)."""
         self.tag.pop(key, None)
-        offset = self.offset_of.get(key)
-        if offset is not None and self.slot.get(offset, (None,))[0] == key:
-            del self.slot[offset]  # refreshing it would tag a value no pull reaches
         self.evicted[key] = None
 
     def not_summed(self, iteration: int, cold: set[int]) -> None:

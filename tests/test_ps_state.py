@@ -33,8 +33,8 @@ def test_evicted_keys_are_told_once_oldest_first_unless_cached_again() -> None:
         c.collected(key, offset)
         c.written(key, 3)
     c.not_summed(3, cold={6, 9})  # 9 was never cached: a cold key like any other
-    c.not_served(5)  # its slot must not be refreshed any more: no pull reaches it
-    assert not c.holds(5, 3) and c.refreshable(3, cold=set()) == {1: 6, 2: 7}
+    c.not_served(5)  # not marked cached any more; its slot may still be refreshed
+    assert not c.holds(5, 3) and c.refreshable(3, cold=set()) == {0: 5, 1: 6, 2: 7}
     c.rejected(7)
     c.written(6, 4)  # its WRITEBACK was taken after all: the cache holds it again
     assert c.take_evicted(1, 4) == [5]  # 6 is passed over, 7 waits for the next release
