@@ -20,7 +20,12 @@ the distribution, so each step sets the hot set to the expected oracle's keys of
 iteration it counted, at the same pace and lag as the online loop, with no limit on the keys
 a step moves. It bounds what a loop stepping at that pace can do; the online loop falls short
 of it by estimating rates from counts, and by its policy's caution about those estimates
-(margin, noise test, at most MAX_CHANGES per step).
+(margin, noise test, at most MAX_CHANGES per step). `bayes` sits between them: it steps like
+`informed`, but sets the keys of highest posterior rate under a filter that knows the
+drift's law (each rank's probability, the first map, how often a head rank swaps) and
+learns which key holds a rank from the counts alone (LawAwareFilter). It is about the best
+a loop that learns keys from counts can do, and so says how much of the gap to `informed`
+no such loop can close.
 `trace=True` adds the coverage of each iteration to the result.
 
     .venv/bin/python -m bench.hotset_sim --grid --out bench/results/hotset_sim.json
@@ -66,17 +71,101 @@ from experiment.hotset import change_window, epoch_offset_sums
 from experiment.runner import HOTSET_EVERY
 from hosts.workloads import DriftSpec, StreamOffset, ZipfWorkload
 
-POLICIES = ("static", "dynamic", "decay", "informed")
+POLICIES = ("static", "dynamic", "decay", "informed", "bayes")
 LABELS = {
     "static": "static",
     "dynamic": "dynamic (mean since a key's last change)",
     "decay": "dynamic, exponential decay (before)",
     "informed": "informed (knows the distribution)",
+    "bayes": "bayes (knows the drift's law, finds keys by counts)",
 }
+BAYES_TRACKED = 4096  # ranks whose keys the bayes filter follows from the start
 DECAY_MARGIN = 1.0  # the margin the decay estimator was tuned with (experiment/hotset.py)
 # (every, fraction) of the sweep: head turnover 0.5% to 6% of the 256 head ranks per iteration
 SWEEP_DRIFTS = ((40, 0.2), (20, 0.1), (20, 0.2), (10, 0.1), (10, 0.2), (5, 0.2), (5, 0.3))
 SWEEP_LAG = 1
+
+
+class LawAwareFilter:
+    """The `bayes` policy's estimator: per key, the posterior over where it sits, given
+    everything the drift's law says and the key's counts. It knows each rank's draw
+    probability, the rank -> key map of iteration 1, and the chance per iteration that a
+    head rank swaps with a tail key (the drift's fraction / every, not when epochs start),
+    and updates every key's posterior with its draws (0..workers) each iteration. States: a
+    head rank (0..head-1), the key's own tail rank of iteration 1, or some other tail rank
+    (where a head key goes when it leaves). Keys are filtered independently (a rank's two
+    candidates are not made to exclude each other), so it is close to, not exactly, the best
+    a loop that learns keys from counts can do; it is generous in knowing the rates and the
+    first map, and in counting the hot keys' draws (the loops see their presence)."""
+
+    def __init__(self, wl: ZipfWorkload, spec: DriftSpec | None, workers: int) -> None:
+        self.head = spec.head if spec is not None else 0
+        per_epoch = round(spec.fraction * spec.head) if spec is not None else 0
+        self.hazard = per_epoch / spec.head / spec.every if spec is not None else 0.0
+        self.workers, self.tail = workers, wl.key_space - self.head
+        self.q = wl.draw_probability(wl.key_space)
+        self.q_away = float(self.q[self.head :].mean())
+        ranked = wl.hottest(wl.key_space, 1)
+        self.rank0 = np.empty(wl.key_space, np.int64)
+        self.rank0[ranked] = np.arange(wl.key_space)
+        n_states = self.head + 2
+        tracked = min(max(BAYES_TRACKED, self.head), wl.key_space)
+        self.keys = ranked[:tracked].copy()
+        self.row = {int(k): i for i, k in enumerate(self.keys.tolist())}
+        self.post = np.zeros((tracked, n_states))
+        first = np.arange(tracked)
+        self.post[first, np.minimum(first, self.head)] = 1.0  # tail ranks: the own state
+        self.q_own = self._own_rate(self.keys)
+        # a key not yet seen: started in its own tail rank (rate ~0) and drew nothing since
+        self.unseen = np.zeros(n_states)
+        self.unseen[self.head] = 1.0
+
+    def _own_rate(self, keys: np.ndarray) -> np.ndarray:
+        ranks = self.rank0[keys]
+        return np.where(ranks >= self.head, self.q[ranks], self.q_away)
+
+    def _rates(self, q_own: np.ndarray) -> np.ndarray:
+        """Per row and state, the draw probability (rows, head + 2)."""
+        n = len(q_own)
+        return np.concatenate(
+            [np.broadcast_to(self.q[: self.head], (n, self.head)), q_own[:, None],
+             np.full((n, 1), self.q_away)], axis=1,
+        )  # fmt: skip
+
+    def _drift(self, post: np.ndarray) -> np.ndarray:
+        h, head, enter = self.hazard, self.head, self.hazard / self.tail if self.tail else 0.0
+        out = np.empty_like(post)
+        out[:, :head] = post[:, :head] * (1 - h) + post[:, head:].sum(1, keepdims=True) * enter
+        out[:, head:] = post[:, head:] * (1 - enter * head)
+        out[:, head + 1] += post[:, :head].sum(1) * h
+        return out
+
+    def observe(self, counts: Counter[int]) -> None:
+        """One iteration: the law moves every posterior, then each key's draws weigh it."""
+        if self.hazard:
+            self.post = self._drift(self.post)
+            self.unseen = self._drift(self.unseen[None])[0]
+        new = np.array([k for k in counts if k not in self.row], dtype=np.int64)
+        if new.size:
+            first = len(self.row)
+            self.row.update((int(k), first + i) for i, k in enumerate(new.tolist()))
+            self.keys = np.concatenate([self.keys, new])
+            self.post = np.vstack([self.post, np.repeat(self.unseen[None], new.size, 0)])
+            self.q_own = np.concatenate([self.q_own, self._own_rate(new)])
+        drawn = np.zeros(len(self.keys))
+        drawn[[self.row[k] for k in counts]] = list(counts.values())
+        q = self._rates(self.q_own)
+        w = self.workers
+        self.post *= np.exp(drawn[:, None] * np.log(q) + (w - drawn[:, None]) * np.log1p(-q))
+        self.post /= self.post.sum(axis=1, keepdims=True)
+        nothing = np.concatenate([self.q[: self.head], [0.0, self.q_away]])
+        self.unseen *= (1 - nothing) ** w
+        self.unseen /= self.unseen.sum()
+
+    def best(self, n: int) -> set[int]:
+        """The n keys of highest posterior mean rate."""
+        mean = (self.post * self._rates(self.q_own)).sum(axis=1)
+        return set(self.keys[np.argsort(-mean, kind="stable")[:n]].tolist())
 
 
 class SimTarget:
@@ -168,6 +257,7 @@ def simulate(
         estimator,
         Hysteresis(budget, margin, max_changes, min_rate, confidence),
     )
+    bayes = LawAwareFilter(wl, spec, workers) if policy == "bayes" else None
     pending: list[tuple[int, Changes]] = []
     cov, hind, expd = [], [], []
     sizes: list[int] = []  # keys in force per iteration
@@ -192,11 +282,16 @@ def simulate(
             else:
                 state["cold"][k] += n
         state["since"] += 1
+        if bayes is not None:
+            bayes.observe(counts)
         if policy != "static" and t % every == phase:
             before = target.current()
-            if policy == "informed":  # reads no counts: drop them, or they grow all run
+            if policy in ("informed", "bayes"):  # read no counts: drop them, or they grow
                 state["cold"], state["collected"], state["since"] = Counter(), Counter(), 0
-                want = set(wl.hottest(budget, t).tolist())
+                if bayes is not None:
+                    want = bayes.best(budget)
+                else:
+                    want = set(wl.hottest(budget, t).tolist())
                 ch = Changes(sorted(want - before), sorted(before - want))
                 target.apply(ch)
             else:
@@ -442,6 +537,7 @@ def plot_sweep(path: Path, rows: list[dict]) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4))
     styles = {
         "informed": ("gray", "--"),
+        "bayes": ("tab:green", "-."),
         "dynamic": ("tab:blue", "-"),
         "decay": ("tab:cyan", ":"),
         "static": ("tab:red", "-"),
@@ -476,9 +572,11 @@ def plot_sweep(path: Path, rows: list[dict]) -> None:
     ax.grid(alpha=0.3)
     ax.legend(loc="lower left", fontsize=8)
     lag = rows[0]["lag"] if rows else SWEEP_LAG
+    phases = len({r["phase"] for r in rows})  # a step every iteration has one
     ax.set_title(
         f"Hot-set coverage under drift (simulated, lag {lag}, "
-        f"{len({r['seed'] for r in rows})} seeds, both step phases)",
+        f"{len({r['seed'] for r in rows})} seeds"
+        + (f", {phases} step phases)" if phases > 1 else ")"),
         fontsize=10,
     )
     fig.tight_layout()

@@ -15,7 +15,8 @@ from hosts.workloads import DriftSpec, ZipfWorkload
 
 def test_the_informed_loop_bounds_the_online_one_and_static_trails_under_drift() -> None:
     # One seeded workload at the sweep's lag; the ordering is what the policies are for
-    # (informed knows what dynamic estimates, static never moves), not this seed's luck.
+    # (informed knows what bayes learns from counts, bayes knows the law dynamic does not,
+    # static never moves), not this seed's luck.
     runs = {
         policy: hotset_sim.simulate(
             "every=10,fraction=0.2", seed=7, iterations=40, lag=hotset_sim.SWEEP_LAG, policy=policy
@@ -23,7 +24,7 @@ def test_the_informed_loop_bounds_the_online_one_and_static_trails_under_drift()
         for policy in hotset_sim.POLICIES
     }
     assert runs["static"]["keys_moved"] == 0
-    assert runs["informed"]["coverage"] >= runs["dynamic"]["coverage"]
+    assert runs["informed"]["coverage"] >= runs["bayes"]["coverage"] > runs["dynamic"]["coverage"]
     assert runs["dynamic"]["coverage"] > runs["static"]["coverage"]
     for run in runs.values():  # one workload: the oracles do not depend on the policy
         assert run["expected_oracle"] == runs["static"]["expected_oracle"]
@@ -79,6 +80,26 @@ def test_a_loop_stepping_after_odd_iterations_reads_each_epoch_start_inside_a_st
     at = {p: r["coverage_per_iteration"] for p, r in runs.items()}
     assert at[1][13 - 1] > at[0][13 - 1]  # phase 1's step after 11 is in force at 13
     assert at[1][14 - 1] == pytest.approx(at[0][14 - 1])  # phase 0's after 12 catches up at 14
+
+
+def test_the_bayes_filter_finds_the_new_head_from_one_iteration_of_counts() -> None:
+    # every=10, fraction=0.5: at iteration 11 half the head swaps with tail keys, some into
+    # the 20 top ranks (0.6-3.8 updates per iteration each). One iteration of counts is
+    # enough for the filter: the newcomers drew far more than a tail key is likely to, and
+    # the keys that left drew nothing where the law expected several.
+    spec = DriftSpec.parse("every=10,fraction=0.5")
+    wl = ZipfWorkload(100_000, 1.1, 256, seed=3, drift=spec)
+    bayes = hotset_sim.LawAwareFilter(wl, spec, workers=4)
+    for t in range(1, 12):
+        counts: Counter[int] = Counter()
+        for worker in range(4):
+            counts.update(wl.pull_keys(worker, t).tolist())
+        bayes.observe(counts)
+    top, before = set(wl.hottest(20, 11).tolist()), set(wl.hottest(20, 10).tolist())
+    chosen = bayes.best(100)
+    assert len(top - before) >= 5  # the drift moved keys into the top 20
+    assert len(top & chosen) >= 18
+    assert not (before - top) & chosen
 
 
 def test_an_unknown_policy_a_negative_lag_or_a_phase_past_the_step_is_refused() -> None:
