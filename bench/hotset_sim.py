@@ -100,11 +100,15 @@ class LawAwareFilter:
 
     def __init__(self, wl: ZipfWorkload, spec: DriftSpec | None, workers: int) -> None:
         self.head = spec.head if spec is not None else 0
-        per_epoch = round(spec.fraction * spec.head) if spec is not None else 0
-        self.hazard = per_epoch / spec.head / spec.every if spec is not None else 0.0
+        self.hazard = spec.swaps_per_epoch / spec.head / spec.every if spec is not None else 0.0
         self.workers, self.tail = workers, wl.key_space - self.head
         self.q = wl.draw_probability(wl.key_space)
         self.q_away = float(self.q[self.head :].mean())
+        # the head states' log-likelihood terms are the same for every key: taken once
+        self.log_q_head = np.log(self.q[: self.head])
+        self.log_miss_head = np.log1p(-self.q[: self.head])
+        # per state, the chance a key not yet seen drew nothing (its own rate taken as 0)
+        self.silent = (1 - np.concatenate([self.q[: self.head], [0.0, self.q_away]])) ** workers
         ranked = wl.hottest(wl.key_space, 1)
         self.rank0 = np.empty(wl.key_space, np.int64)
         self.rank0[ranked] = np.arange(wl.key_space)
@@ -154,12 +158,16 @@ class LawAwareFilter:
             self.q_own = np.concatenate([self.q_own, self._own_rate(new)])
         drawn = np.zeros(len(self.keys))
         drawn[[self.row[k] for k in counts]] = list(counts.values())
-        q = self._rates(self.q_own)
-        w = self.workers
-        self.post *= np.exp(drawn[:, None] * np.log(q) + (w - drawn[:, None]) * np.log1p(-q))
+        missed = self.workers - drawn
+        loglik = np.empty_like(self.post)
+        loglik[:, : self.head] = (
+            drawn[:, None] * self.log_q_head + missed[:, None] * self.log_miss_head
+        )
+        for state, q in ((self.head, self.q_own), (self.head + 1, self.q_away)):
+            loglik[:, state] = drawn * np.log(q) + missed * np.log1p(-q)
+        self.post *= np.exp(loglik)
         self.post /= self.post.sum(axis=1, keepdims=True)
-        nothing = np.concatenate([self.q[: self.head], [0.0, self.q_away]])
-        self.unseen *= (1 - nothing) ** w
+        self.unseen *= self.silent
         self.unseen /= self.unseen.sum()
 
     def best(self, n: int) -> set[int]:
@@ -288,10 +296,9 @@ def simulate(
             before = target.current()
             if policy in ("informed", "bayes"):  # read no counts: drop them, or they grow
                 state["cold"], state["collected"], state["since"] = Counter(), Counter(), 0
-                if bayes is not None:
-                    want = bayes.best(budget)
-                else:
-                    want = set(wl.hottest(budget, t).tolist())
+                want = (
+                    bayes.best(budget) if bayes is not None else set(wl.hottest(budget, t).tolist())
+                )
                 ch = Changes(sorted(want - before), sorted(before - want))
                 target.apply(ch)
             else:

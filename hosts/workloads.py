@@ -96,6 +96,11 @@ class DriftSpec:
         if isinstance(self.head, bool) or not isinstance(self.head, int) or self.head < 1:
             raise WorkloadError(f"drift: head={self.head!r} must be an integer >= 1")
 
+    @property
+    def swaps_per_epoch(self) -> int:
+        """Head ranks that swap with a tail key at each epoch start."""
+        return round(self.fraction * self.head)
+
     @classmethod
     def parse(cls, text: str | None) -> DriftSpec | None:
         """`every=K,fraction=F[,head=H]`; None, '' or 'none' mean no drift."""
@@ -151,7 +156,7 @@ class Drift:
                 f"drift: head={spec.head} must be smaller than the {n} ranks it drifts over"
             )
         self.spec, self.n, self.head, self.tail = spec, n, spec.head, n - spec.head
-        self.per_epoch = round(spec.fraction * spec.head)
+        self.per_epoch = spec.swaps_per_epoch
         rng = _rng(seed, _DRIFT)
         self._order = rng.permutation(self.head).astype(np.int64)  # head rank of event j % head
         self._order_inv = np.argsort(self._order).astype(np.int64)
