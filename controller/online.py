@@ -521,9 +521,15 @@ class ChangeRateEstimator(_KeyRows):
     observation that spans no iteration (the PS's files have not moved since the last step)
     is held and added to the next: a step is not a sample of zero.
 
-    `stderr(key)`: the Poisson error of the cold part, sqrt(r / s), and the presence part's
-    (the delta method on the share, kept below 1 by half a sample), weighted by their
-    iterations."""
+    `stderr(key)`: the cold part's error and the presence part's (the delta method on the
+    share, kept below 1 by half a sample), weighted by their iterations. The cold part's is
+    binomial when the source says how many workers there are (the PS's files: presence is
+    set): a worker pushes a key at most once an iteration, so s iterations' count is
+    Binomial(workers * s, r / workers), sqrt(r (1 - r / workers) / s), r kept below
+    `workers` by half a sample. Poisson's sqrt(r / s) gave a key that every worker drew in
+    its first iteration (4 of 4) the error of a count of 4, though no key outside the head
+    draws that: the noise test held such a key back for two more steps. Other sources:
+    Poisson."""
 
     _columns = ("_old_n", "_old_s", "_old_c", "_old_h", "_span", "_se")
     _windows = ("_n", "_s", "_c", "_h")
@@ -544,6 +550,7 @@ class ChangeRateEstimator(_KeyRows):
         self.threshold, self.window = threshold, window
         self.changes = 0  # segments restarted (a key's rate seen to change)
         self.workers = 1.0  # behind the presence counts (Observation.workers)
+        self._binomial = False  # the cold counts' error: binomial once `workers` is known
         self._held: dict[int, float] = {}
         self._held_presence: dict[int, float] = {}
         # Per row: cold updates and iterations (n, s), hot presence and iterations (c, h), of
@@ -568,7 +575,12 @@ class ChangeRateEstimator(_KeyRows):
         n, s, c, h = totals
         self._rate = _segment_rate(n, s, c, h, self.workers)
         self._span = s + h
-        var_cold = np.divide(self._rate, s, out=np.zeros_like(s), where=s > 0)
+        per_iteration_var = self._rate  # Poisson: a count's variance is its mean
+        if self._binomial:
+            w = self.workers
+            r = np.minimum(self._rate, w * (1.0 - 0.5 / np.maximum(w * s, 1.0)))
+            per_iteration_var = r * (1.0 - r / w)
+        var_cold = np.divide(per_iteration_var, s, out=np.zeros_like(s), where=s > 0)
         share = np.divide(c, h, out=np.zeros_like(c), where=h > 0)
         share = np.minimum(share, 1.0 - 0.5 / np.maximum(h, 1.0))
         slope = (1.0 - share) ** (1.0 / self.workers - 1.0)  # d rate / d share, per iteration
@@ -593,8 +605,8 @@ class ChangeRateEstimator(_KeyRows):
         self._held, self._held_presence = {}, {}
         per = float(obs.iterations if obs.iterations else 1)
         hot = obs.hot - obs.moved if obs.presence is not None else frozenset()
-        if hot:
-            self.workers = float(obs.workers)
+        if obs.presence is not None:  # the PS's files: they say how many workers push
+            self.workers, self._binomial = float(obs.workers), True
         seen = list(dict.fromkeys([*counts_in, *hot]))
         new_keys = [k for k in seen if k not in self._row]
         if new_keys:

@@ -148,10 +148,11 @@ LOOP_NICE = 19
 #   updated less often costs the PS more than the switch saves it (0.7: +0.004 at 2%, and
 #   61 keys moved without drift).
 # - CONFIDENCE 2.0: a swap must also beat both rates' noise by 2 standard errors (the
-#   estimators' `stderr`: Poisson for counted updates, Bernoulli for a hot key's
-#   presence). Without it the loop chases noise when nothing drifts (with decay: 277 keys
-#   moved per 100 iterations instead of 40, at equal coverage); 1.8: 0.896 at 2%, 57 moved
-#   without drift.
+#   estimators' `stderr`: binomial for counted updates, a worker pushing a key at most once
+#   an iteration, Poisson where the source does not say how many workers; Bernoulli for a
+#   hot key's presence; the last paragraph has what binomial changed). Without it the loop
+#   chases noise when nothing drifts (with decay: 277 keys moved per 100 iterations instead
+#   of 40, at equal coverage); 1.8: 0.896 at 2%, 57 moved without drift.
 # What these settings do not change (`bench.hotset_sim --sweep`, both step phases): at a
 # head turnover of 2% per iteration the loop keeps 0.88 of the expected oracle (0.894 and
 # 0.860 by phase), a loop that knew the distribution 0.96. A step's changes land 2-3
@@ -171,7 +172,8 @@ LOOP_NICE = 19
 # Also tried with ChangeRateEstimator and left out: the hot keys' exact counts instead of presence
 # (fewer moves without drift, 22, but 0.877 at 2%: presence overstates a rare member's
 # rate, which makes its leaving stand out sooner), a binomial variance for counts capped
-# at one per worker and iteration (more moves, less coverage), a lower threshold for a rate
+# at one per worker and iteration (more moves, less coverage, with a step every 2 iterations;
+# kept now, last paragraph), a lower threshold for a rate
 # that drops to 0 (more moves, no gain), reading the PS's counters every iteration and
 # choosing every 2 (+0.011 averaged over the two step phases, 64-72 moves without drift;
 # with the change test at 9 nats over 12 observations, run when a step reads the rates:
@@ -198,6 +200,13 @@ LOOP_NICE = 19
 # PSFrequencySource(collected=True)): every update is counted once, and a step needs no
 # switch read (the 8 tables' hit counters were ~70% of a step's time on the embedded
 # switch); the step's only RPC is its one Write.
+# The noise test's error for a cold key's counts is binomial (a worker pushes a key at most
+# once an iteration: ChangeRateEstimator.stderr) since a step counts one iteration: a key
+# every worker drew in its first iteration no longer waits two steps on Poisson's error of
+# a count of 4. Simulator, lag 1, seeds 3-5: 0.909 at 2% (0.897 before), 0.836 at 4%
+# (0.806), 0.976 without drift with 72 keys moved (0.979, 39); `make run`, seeds 40-45:
+# 0.919 against 0.904 at 2% embedded, 0.929 against 0.917 on BMv2, iteration times as
+# before (docs/hotset.md, "A binomial error for counted updates").
 
 
 def freq_iterations(path: Path) -> int | None:

@@ -250,6 +250,32 @@ def test_change_estimator_sees_a_hot_key_leave_and_skips_a_moved_step() -> None:
     assert est.rate(2) == pytest.approx(before)
 
 
+def test_a_key_every_worker_drew_enters_at_once_when_the_workers_are_known() -> None:
+    # 20 members at 1 update per iteration, watched for 30 iterations by their presence;
+    # then a key that all 4 workers drew in its first iteration. A worker pushes a key at
+    # most once an iteration: 4 of 4 is a binomial count with a small error, and the key
+    # beats the weakest member at the first step. Without the workers (Poisson) its error
+    # is that of a count of 4, sqrt(4), and the noise test holds it back.
+    rng = np.random.default_rng(7)
+    members = list(range(20))
+    steps = _presence_steps(rng, [1.0] * 20, span=1)
+    binomial, poisson = ChangeRateEstimator(), ChangeRateEstimator()
+    for _ in range(30):
+        obs = _presence_obs(next(steps), members, span=1)
+        binomial.update(obs)
+        poisson.update(Observation(obs.counts, None, 1, True))
+    obs = _presence_obs(next(steps), members, span=1)
+    obs.counts[99] = 4.0
+    binomial.update(obs)
+    poisson.update(Observation(obs.counts, None, 1, True))
+    policy = Hysteresis(budget=20)
+    for est, enters in ((binomial, True), (poisson, False)):
+        assert est.rate(99) == pytest.approx(4.0)
+        changes = policy.choose(members, est.rate, [99], est.stderr)
+        assert (99 in changes.add) is enters
+    assert binomial.stderr(99) < 0.5 * poisson.stderr(99)
+
+
 def test_loop_tells_the_estimator_which_keys_were_hot_and_which_moved() -> None:
     seen: list[tuple[frozenset[int], frozenset[int]]] = []
 
