@@ -416,6 +416,11 @@ class Estimator(Protocol):
     def keys_at_least(self, rate: float) -> list[int]: ...
 
 
+def _short_of_one(share: np.ndarray, trials: np.ndarray) -> np.ndarray:
+    """A share of `trials` kept below 1 by half a trial: a share of 1 would claim no error."""
+    return np.minimum(share, 1.0 - 0.5 / np.maximum(trials, 1.0))
+
+
 def _segment_rate(
     n: np.ndarray, s: np.ndarray, c: np.ndarray, h: np.ndarray, workers: float
 ) -> np.ndarray:
@@ -576,13 +581,12 @@ class ChangeRateEstimator(_KeyRows):
         self._rate = _segment_rate(n, s, c, h, self.workers)
         self._span = s + h
         per_iteration_var = self._rate  # Poisson: a count's variance is its mean
-        if self._binomial:
+        if self._binomial:  # w trials an iteration, each drawing the key with p = r / w
             w = self.workers
-            r = np.minimum(self._rate, w * (1.0 - 0.5 / np.maximum(w * s, 1.0)))
-            per_iteration_var = r * (1.0 - r / w)
+            p = _short_of_one(self._rate / w, w * s)
+            per_iteration_var = w * p * (1.0 - p)
         var_cold = np.divide(per_iteration_var, s, out=np.zeros_like(s), where=s > 0)
-        share = np.divide(c, h, out=np.zeros_like(c), where=h > 0)
-        share = np.minimum(share, 1.0 - 0.5 / np.maximum(h, 1.0))
+        share = _short_of_one(np.divide(c, h, out=np.zeros_like(c), where=h > 0), h)
         slope = (1.0 - share) ** (1.0 / self.workers - 1.0)  # d rate / d share, per iteration
         var_hot = np.divide(
             slope * slope * share * (1.0 - share), h, out=np.zeros_like(h), where=h > 0
