@@ -342,3 +342,52 @@ def test_controller_and_experiment_read_files_alike(tmp_path: Path) -> None:
         load_topology(path)
     with pytest.raises(TopologyError, match="second link"):
         load_routes_topology(path)
+
+
+# The p4lang/tutorials ecn and mri exercises give a switch-to-switch link's latency as the
+# string "0"; their runner passes a string to TCLink unchanged, and tc reads a number without
+# a unit as microseconds.
+@pytest.mark.parametrize(
+    ("latency", "stored", "seconds"),
+    [
+        ("0", "0us", 0.0),
+        ("250", "250us", 250e-6),
+        ("1.5", "1.5us", 1.5e-6),
+        (0, "0ms", 0.0),
+        (5, "5ms", 5e-3),
+        ("2MS", "2ms", 2e-3),
+        ("3msec", "3ms", 3e-3),
+        ("7usecs", "7us", 7e-6),
+        ("1sec", "1s", 1.0),
+    ],
+)
+def test_latency_is_read_as_the_tutorials_runner_and_tc_read_it(
+    latency: object, stored: str, seconds: float
+) -> None:
+    doc = mutate(("links",), [["h1", "s1-p1"], ["s1-p3", "s2-p1", latency, 0.5], ["s2-p2", "h3"]])
+    link = parse(doc).links[1]
+    assert link.latency == stored
+    assert link.needs_netem == (seconds > 0)
+    assert link.bandwidth == 0.5
+
+
+@pytest.mark.parametrize("latency", ["", "fast", "2 ms", "-1", "1e3", "5 days", [2]])
+def test_latency_that_is_not_a_tc_time_is_an_error(latency: object) -> None:
+    doc = mutate(("links",), [["h1", "s1-p1"], ["s1-p3", "s2-p1", latency], ["s2-p2", "h3"]])
+    with pytest.raises(TopologyFileError, match="latency"):
+        parse(doc)
+
+
+def test_every_tutorials_topology_file_loads() -> None:
+    """All of p4lang/tutorials' exercises/**/topology.json, where a checkout of the tutorials
+    is named by HOTAGG_TUTORIALS (their files are not shipped with hotagg)."""
+    import os
+
+    root = os.environ.get("HOTAGG_TUTORIALS")
+    if not root:
+        pytest.skip("set HOTAGG_TUTORIALS to a p4lang/tutorials checkout to load its files")
+    files = sorted(Path(root).glob("exercises/**/topology.json"))
+    assert files, f"no exercises/**/topology.json under {root}"
+    for path in files:
+        topo = load_topology(path)
+        assert topo.hosts and topo.switches and topo.links, path

@@ -7,9 +7,11 @@ The format (p4lang/tutorials utils/run_exercise.py)::
      "links":    [["h1", "s1-p1"], ["s1-p2", "s2-p1", "0ms", 10], ...]}
 
 A link is [end1, end2, latency?, bandwidth?]: a host end is the host's name, a switch end is
-`<switch>-p<port>`. Latency is a tc time ("2ms", "500us") or a number of milliseconds;
-bandwidth is in Mbit/s (Mininet TCLink's `bw`), null for unlimited. A link may also be an
-object {"node1", "node2", "latency", "bandwidth", "loss"}.
+`<switch>-p<port>`. Latency is read as the tutorials' runner and tc read it: a JSON number
+is milliseconds, a string is a tc time ("2ms", "500us", "1s"), and a string without a unit
+("0") is microseconds, tc's default unit; bandwidth is in Mbit/s (Mininet TCLink's `bw`),
+null for unlimited. A link may also be an object {"node1", "node2", "latency", "bandwidth",
+"loss"}.
 
 hotagg's extensions (all optional):
 - link: a fifth list element (or "loss") is the loss rate in percent, 0..100.
@@ -52,7 +54,10 @@ ROLES = ("worker", "ps")
 MAX_PORT = 510  # 9-bit port; 511 is BMv2's drop port
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,7}")  # short: Linux interface names have 15 chars
 _MAC = re.compile(r"[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}")
-_TC_TIME = re.compile(r"\d+(\.\d+)?(us|ms|s)")
+# tc's time syntax (iproute2's get_time): a number and a unit, case-insensitive; a number
+# without a unit is microseconds there. Links are stored with a canonical unit (us, ms, s).
+_TC_TIME = re.compile(r"(\d+(?:\.\d+)?)(s|secs?|ms|msecs?|us|usecs?)?", re.IGNORECASE)
+_TC_UNIT = {"s": "s", "sec": "s", "secs": "s", "ms": "ms", "msec": "ms", "msecs": "ms"}
 
 _TOP_KEYS = {"hosts", "switches", "links", "comment"}
 _HOST_KEYS = {"ip", "mac", "commands", "role", "comment"}
@@ -263,8 +268,8 @@ def _seconds(tc_time: str) -> float:
     m = _TC_TIME.fullmatch(tc_time)
     if not m:
         return 0.0
-    scale = {"us": 1e-6, "ms": 1e-3, "s": 1.0}[m.group(2)]
-    return float(tc_time[: -len(m.group(2))]) * scale
+    unit = _TC_UNIT.get((m.group(2) or "us").lower(), "us")
+    return float(m.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
 
 
 def load_topology(path: str | Path) -> Topology:
@@ -491,9 +496,15 @@ def _parse_latency(value: Any, where: str, fail: Fail) -> str:
         if value < 0:
             raise fail(f"{where}: latency {value} is negative")
         return f"{value}ms"  # the tutorials' rule: a number is milliseconds
-    if isinstance(value, str) and _TC_TIME.fullmatch(value):
-        return value
-    raise fail(f"{where}: latency {value!r} is not a time like '2ms', '500us' or a number of ms")
+    m = _TC_TIME.fullmatch(value) if isinstance(value, str) else None
+    if m:
+        # The tutorials' runner hands a string to TCLink as it is, and tc reads a bare number
+        # as microseconds (their ecn and mri exercises give "0").
+        return m.group(1) + _TC_UNIT.get((m.group(2) or "us").lower(), "us")
+    raise fail(
+        f"{where}: latency {value!r} is not a time like '2ms', '500us', a number of ms, "
+        "or a string number of us (tc's rule)"
+    )
 
 
 def _parse_link(i: int, raw: Any, hosts: dict, switches: dict, fail: Fail) -> Link:
