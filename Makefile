@@ -144,7 +144,9 @@ refused.SEED = use SEEDS=1,2,... (a list: one run per seed)
 refused.TOPO = each point runs on a generated star:N (star:N:S with SHARDS); use make run for a topology file
 refused.PS = the generated stars have their PS; use make run TOPO=<file> PS=<host>
 refused.KEEP = the points run one after another; use make run KEEP=1 to keep one network up
-SWEEP_REFUSED = $(strip $(foreach var,SEED TOPO PS KEEP,$(if $(call given,$(var)),$(var))))
+# (KEEP=0, as make run reads it, asks for what a sweep does anyway)
+SWEEP_REFUSED = $(strip $(foreach var,SEED TOPO PS,$(if $(call given,$(var)),$(var))) \
+    $(if $(call given,KEEP),$(if $(filter-out 0 no false,$(KEEP)),KEEP)))
 ifneq ($(filter sweep,$(MAKECMDGOALS)),)
 ifneq ($(SWEEP_REFUSED),)
 refused := $(firstword $(SWEEP_REFUSED))
