@@ -1,7 +1,9 @@
-# hotagg: `make test` and `make run` are the two commands a new user needs (as root).
-# Each installs what it needs on first use (scripts/bootstrap.sh).
+# hotagg: `make run` and `make test` are the two commands a new user needs (as root).
+# Each installs what it needs on first use (scripts/bootstrap.sh). `make help` lists the
+# targets and the variables.
 
 SHELL := /bin/bash
+# The virtualenv every target uses (made by scripts/bootstrap.sh on first use).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hotagg-installed
@@ -12,7 +14,8 @@ P4INFO := p4src/$(P4NAME).p4info.txtpb
 # Experiment knobs (make run VAR=value); defaults are sized for a 2-core laptop.
 TARGET ?= embedded
 TOPO ?= topologies/star.json
-WORKERS ?= 4
+# Empty: every worker host of TOPO (4 in star.json, N in star:N); N: the first N of them.
+WORKERS ?=
 ITERATIONS ?= 50
 SKEW ?= 1.1
 KEYS ?= 100000
@@ -43,19 +46,46 @@ RUN ?=
 # BMv2's switch binary for TARGET=bmv2, e.g. simple_switch_grpc-perf (BMv2's performance build).
 BMV2_BINARY ?= simple_switch_grpc
 export BMV2_BINARY
+# make sweep's lists (SEEDS=1,2,3; SHARDS=1,2: PS shards per point); make test's pytest
+# arguments (PYTEST_ARGS='-k cli -x').
+SEEDS ?=
+SHARDS ?=
+PYTEST_ARGS ?=
 
-.PHONY: all run sweep test build bench stop clean lint format check-p4info help
+.PHONY: all run sweep test build bench stop clean clean-results lint format check-p4info help
 
 all: help
 
 help:
-	@echo "make test    install on first use, lint, run the test suite (root runs the network tests)"
-	@echo "make run     the Mininet experiment: offloaded vs server-only (as root)"
-	@echo "make sweep   a grid of runs (WORKERS=4,8,16 SKEW=1.1,1.3 SEEDS=1,2 ...), plots, report"
-	@echo "make build   compile p4src/ with p4c-bm2-ss into build/ (if p4c is installed)"
-	@echo "make bench   switch benchmarks, JSON into bench/results/"
-	@echo "make stop    stop this checkout's runs (RUN=id: that run) and clean up after them"
-	@echo "make clean   remove build/, runs/ and caches"
+	@echo "Targets (as root: run, sweep, stop, and test for its network tests):"
+	@echo "  make run            the Mininet experiment: offloaded vs server-only; runs/<id>/"
+	@echo "  make sweep          a grid of runs (WORKERS=4,8,16 SKEW=1.1,1.3 SEEDS=1,2 ...); sweeps/<id>/"
+	@echo "  make stop           stop this checkout's runs (RUN=<id>: that run) and clean up after them"
+	@echo "  make test           install on first use, lint, run the test suite (PYTEST_ARGS=...)"
+	@echo "  make lint           ruff check and ruff format --check"
+	@echo "  make format         ruff format and ruff check --fix"
+	@echo "  make build          compile p4src/ with p4c-bm2-ss into build/ (if p4c is installed)"
+	@echo "  make check-p4info   build, then diff the committed P4Info against p4c's"
+	@echo "  make bench          switch benchmarks, JSON into bench/results/"
+	@echo "  make clean          remove build/, bench/results/ and caches (keeps runs/ and sweeps/)"
+	@echo "  make clean-results  say what it deletes, then delete runs/ and sweeps/"
+	@echo "  make help           this list"
+	@echo "make run variables (their values now; VAR=value to set one):"
+	@echo "  TARGET=$(TARGET) (or bmv2)  BMV2_BINARY=$(BMV2_BINARY)  TOPO=$(TOPO)"
+	@echo "    (TOPO: a topology.json, star:N, star:N:S with S PS shards, leafspine:L:H)"
+	@echo "  WORKERS=$(WORKERS) (empty: every worker host of TOPO)  PS=$(PS) (PS host(s) of a file)"
+	@echo "  ITERATIONS=$(ITERATIONS)  SKEW=$(SKEW)  KEYS=$(KEYS)  HOT_SLOTS=$(HOT_SLOTS)  LOSS=$(LOSS)  SEED=$(SEED)"
+	@echo "  WORKLOAD=$(WORKLOAD) (zipf, lr, trace)  TRACE=$(TRACE) (a trace CSV, for WORKLOAD=trace)"
+	@echo "  BW=$(BW) (Mbit/s; auto: calibrated; empty: the topology's own)"
+	@echo "  HOTSET=$(HOTSET) (or dynamic)  HOTSET_SOURCE=$(HOTSET_SOURCE) (or switch)"
+	@echo "  DRIFT=$(DRIFT) (every=K,fraction=F[,head=H]; empty: none)"
+	@echo "  GRPC_PORT=$(GRPC_PORT) (empty: free ports)  PREFIX=$(PREFIX) (empty: an unused interface prefix)"
+	@echo "  SWITCH_RESTARTS=$(SWITCH_RESTARTS) (restarts of a dead switch)  KEEP=$(KEEP) (1: keep the network up)"
+	@echo "make sweep: the grid's lists WORKERS=4,8,16 SKEW=1.1,1.3 HOT_SLOTS=256 LOSS=0 BW=2 SEEDS=1,2"
+	@echo "  SHARDS=1 (its defaults), and for every run ITERATIONS=30, TARGET, KEYS, WORKLOAD, TRACE,"
+	@echo "  HOTSET, HOTSET_SOURCE, DRIFT, SWITCH_RESTARTS, GRPC_PORT, PREFIX, BMV2_BINARY;"
+	@echo "  it refuses SEED (use SEEDS), TOPO, PS and KEEP (make run's)"
+	@echo "Other variables: RUN=<id> (make stop)  PYTEST_ARGS=$(PYTEST_ARGS) (make test)  VENV=$(VENV)"
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	@bash scripts/bootstrap.sh
@@ -93,7 +123,7 @@ check-p4info: build
 # GNU make exits 2 whenever a recipe fails, whatever the code: the last line names the
 # experiment's own exit code (README, "Exit codes"); `python -m experiment run` returns it.
 run: $(STAMP)
-	@$(PY) -m experiment run --target '$(TARGET)' --topo '$(TOPO)' --workers '$(WORKERS)' \
+	@$(PY) -m experiment run --target '$(TARGET)' --topo '$(TOPO)' $(if $(WORKERS),--workers '$(WORKERS)') \
 	    --iterations '$(ITERATIONS)' --skew '$(SKEW)' --keys '$(KEYS)' \
 	    --hot-slots '$(HOT_SLOTS)' --loss '$(LOSS)' --seed '$(SEED)' --workload '$(WORKLOAD)' \
 	    --hotset '$(HOTSET)' --hotset-source '$(HOTSET_SOURCE)' $(if $(DRIFT),--drift '$(DRIFT)') \
@@ -104,16 +134,52 @@ run: $(STAMP)
 	    $(if $(filter-out 0 no false,$(KEEP)),--keep); \
 	rc=$$?; [ $$rc -eq 0 ] || echo "make run: the experiment exited with code $$rc" >&2; exit $$rc
 
-# The grid's lists, e.g. make sweep WORKERS=4,8 SKEW=1.1 SEEDS=1,2,3: only variables given on
-# the command line are passed (the sweep's own defaults otherwise, not make run's).
+# The grid's lists, e.g. make sweep WORKERS=4,8 SKEW=1.1 SEEDS=1,2,3, and make run's variables
+# that every run of the grid takes as they are: only variables given on the command line are
+# passed (the sweep's own defaults otherwise, not make run's). BMV2_BINARY reaches the runs
+# through the environment. A make run variable the sweep cannot honour is refused, before
+# anything is installed or run, rather than ignored.
 given = $(filter command line,$(origin $(1)))
+refused.SEED = use SEEDS=1,2,... (a list: one run per seed)
+refused.TOPO = each point runs on a generated star:N (star:N:S with SHARDS); use make run for a topology file
+refused.PS = the generated stars have their PS; use make run TOPO=<file> PS=<host>
+refused.KEEP = the points run one after another; use make run KEEP=1 to keep one network up
+# (KEEP=0, as make run reads it, asks for what a sweep does anyway)
+SWEEP_REFUSED = $(strip $(foreach var,SEED TOPO PS,$(if $(call given,$(var)),$(var))) \
+    $(if $(call given,KEEP),$(if $(filter-out 0 no false,$(KEEP)),KEEP)))
+ifneq ($(filter sweep,$(MAKECMDGOALS)),)
+ifneq ($(SWEEP_REFUSED),)
+refused := $(firstword $(SWEEP_REFUSED))
+also := $(if $(word 2,$(SWEEP_REFUSED)), (also refused: $(wordlist 2,9,$(SWEEP_REFUSED))))
+$(error make sweep: $(refused)=$($(refused)) is make run's: $(refused.$(refused))$(also))
+endif
+endif
+# ... and make run refuses the sweep's lists the same way.
+refused.SEEDS = make run takes one SEED=N; use make sweep SEEDS=1,2,... for several
+refused.SHARDS = make run takes TOPO=star:N:S for S PS shards; use make sweep SHARDS=1,2 for several
+RUN_REFUSED = $(strip $(foreach var,SEEDS SHARDS,$(if $(call given,$(var)),$(var))))
+ifneq ($(filter run,$(MAKECMDGOALS)),)
+ifneq ($(RUN_REFUSED),)
+refused := $(firstword $(RUN_REFUSED))
+$(error make run: $(refused)=$($(refused)) is make sweep's: $(refused.$(refused)))
+endif
+endif
 sweep: $(STAMP)
-	$(PY) -m experiment sweep --target $(TARGET) \
-	    $(if $(call given,WORKERS),--workers $(WORKERS)) $(if $(call given,SKEW),--skew $(SKEW)) \
-	    $(if $(call given,HOT_SLOTS),--hot-slots $(HOT_SLOTS)) \
-	    $(if $(call given,LOSS),--loss $(LOSS)) $(if $(call given,BW),--bw $(BW)) \
-	    $(if $(call given,SEEDS),--seeds $(SEEDS)) $(if $(call given,SHARDS),--shards $(SHARDS)) \
-	    $(if $(call given,ITERATIONS),--iterations $(ITERATIONS))
+	@$(PY) -m experiment sweep --target '$(TARGET)' \
+	    $(if $(call given,WORKERS),--workers '$(WORKERS)') $(if $(call given,SKEW),--skew '$(SKEW)') \
+	    $(if $(call given,HOT_SLOTS),--hot-slots '$(HOT_SLOTS)') \
+	    $(if $(call given,LOSS),--loss '$(LOSS)') $(if $(call given,BW),--bw '$(BW)') \
+	    $(if $(call given,SEEDS),--seeds '$(SEEDS)') $(if $(call given,SHARDS),--shards '$(SHARDS)') \
+	    $(if $(call given,ITERATIONS),--iterations '$(ITERATIONS)') \
+	    $(if $(call given,KEYS),--keys '$(KEYS)') $(if $(call given,WORKLOAD),--workload '$(WORKLOAD)') \
+	    $(if $(call given,TRACE),--workload trace --trace '$(TRACE)') \
+	    $(if $(call given,HOTSET),--hotset '$(HOTSET)') \
+	    $(if $(call given,HOTSET_SOURCE),--hotset-source '$(HOTSET_SOURCE)') \
+	    $(if $(call given,DRIFT),--drift '$(DRIFT)') \
+	    $(if $(call given,SWITCH_RESTARTS),--switch-restarts '$(SWITCH_RESTARTS)') \
+	    $(if $(call given,GRPC_PORT),--grpc-base-port '$(GRPC_PORT)') \
+	    $(if $(call given,PREFIX),--intf-prefix '$(PREFIX)'); \
+	rc=$$?; [ $$rc -eq 0 ] || echo "make sweep: the sweep exited with code $$rc" >&2; exit $$rc
 
 bench: $(STAMP)
 	$(PY) -m bench
@@ -123,6 +189,16 @@ bench: $(STAMP)
 stop: $(STAMP)
 	$(PY) -m experiment stop $(if $(RUN),--run '$(RUN)')
 
+# Results (runs/, sweeps/) stay: make clean-results removes them, after saying what it removes.
 clean:
-	rm -rf build runs sweeps .pytest_cache .ruff_cache bench/results
+	rm -rf build .pytest_cache .ruff_cache bench/results
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+clean-results:
+	@for dir in runs sweeps; do \
+	    if [ -e "$$dir" ]; then \
+	        echo "make clean-results: deleting $$dir/ ($$(du -sh "$$dir" | cut -f1); entries:" \
+	            "$$(find "$$dir" -mindepth 1 -maxdepth 1 ! -name latest | wc -l))"; \
+	    else echo "make clean-results: no $$dir/"; fi; \
+	done
+	@rm -rf runs sweeps

@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from contract.clihelp import HelpParser
 from contract.constants import MAX_ENTRIES
 from topologies.switches import DEFAULT_BMV2_BINARY, bmv2_missing
 
@@ -62,15 +63,19 @@ def existing_file(text: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = HelpParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--seconds",
         type=float,
         default=4.0,
         help="offered-load time per measurement (default: %(default)s)",
     )
-    parser.add_argument("--out", type=Path, default=Path("bench/results"))
-    parser.add_argument("--targets", default="embedded,bmv2")
+    parser.add_argument(
+        "--out", type=Path, default=Path("bench/results"), help="directory of the JSON results"
+    )
+    parser.add_argument(
+        "--targets", default="embedded,bmv2", help="comma-separated switch targets to measure"
+    )
     parser.add_argument(
         "--bmv2-binaries",
         default=BMV2_BINARIES,

@@ -7,6 +7,8 @@
 - p4files.py: the readers of those P4 files, and where p4src/ and the committed P4Info are.
 - codec.py: the fast struct codec of the hotagg header and of raw frames (numpy, no Scapy).
 - layers.py: the Scapy layers, the reference representation the codec is tested against.
+- clihelp.py: the `--help` formatter of every command line (each option's default shown);
+  standard library only.
 
 Importing the package imports none of its modules, so `import contract.constants` stays free
 of Scapy and numpy.

@@ -1,7 +1,10 @@
 """hotagg-ctl: the command line of the controller (`python -m controller` does the same).
 
     hotagg-ctl [--grpc-addr HOST:PORT] [--device-id N] [--election-id HI,LO] [--p4info FILE]
-               [--json] NOUN VERB [options]
+               [--json] [--timeout S] [--wait S] NOUN VERB [options]
+
+The global options (the first line) may also follow the noun or the verb:
+`hotagg-ctl hotkeys list --json` is `hotagg-ctl --json hotkeys list`.
 
 Exit codes (one line on stderr, never a traceback, for every expected failure):
     0  success
@@ -23,9 +26,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+from contract.clihelp import HelpParser, worth_showing
 from contract.constants import KEY_MAX, MAX_WORKERS
 from contract.p4files import P4INFO_PATH
 from controller import commands, online
@@ -189,44 +194,75 @@ def election_id(text: str) -> tuple[int, int]:
 # --- parser ---
 
 
+# The options of the connection and the output: accepted before the noun, after it and after
+# the verb (`hotagg-ctl hotkeys list --json`). Each: flags, argparse keywords, the default.
+GLOBAL_OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any], Any], ...] = (
+    (
+        ("--grpc-addr",),
+        {"metavar": "HOST:PORT", "help": "P4Runtime server of the switch"},
+        "127.0.0.1:50051",
+    ),
+    (("--device-id",), {"type": device_id, "metavar": "N", "help": "P4Runtime device id"}, 0),
+    (
+        ("--election-id",),
+        {
+            "type": election_id,
+            "metavar": "HI,LO",
+            "help": "election id, HI,LO or LO; the highest connected one is primary",
+        },
+        (0, 1),
+    ),
+    (
+        ("--p4info",),
+        {
+            "type": Path,
+            "metavar": "FILE",
+            "help": "text P4Info (default: the repository's p4src/hotagg.p4info.txtpb, "
+            "else the switch's own)",
+        },
+        None,
+    ),
+    (("--json",), {"action": "store_true", "help": "machine-readable output"}, False),
+    (("--timeout",), {"type": float, "metavar": "S", "help": "seconds per RPC"}, 10.0),
+    (
+        ("--wait",),
+        {
+            "type": float,
+            "metavar": "S",
+            "help": "seconds to wait for the switch to come up (default: 0, fail at once)",
+        },
+        0.0,
+    ),
+)
+
+
+def _shown(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def add_global_options(parser: argparse.ArgumentParser, after_command: bool) -> None:
+    """The global options on `parser`. After a noun or verb they default to SUPPRESS, so
+    that one not given there leaves the value parsed before the noun (or its default) alone.
+    The help names each default itself: after the command argparse knows only SUPPRESS."""
+    title = "global options (also before the command)" if after_command else "global options"
+    group = parser.add_argument_group(title)
+    for flags, kwargs, default in GLOBAL_OPTIONS:
+        text = kwargs["help"]
+        if "default" not in text and worth_showing(default):
+            text += f" (default: {_shown(default)})"
+        value = argparse.SUPPRESS if after_command else default
+        group.add_argument(*flags, **{**kwargs, "default": value, "help": text})
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = HelpParser(
         prog="hotagg-ctl",
-        description="P4Runtime controller of a hotagg switch (embedded target or BMv2).",
+        description="P4Runtime controller of a hotagg switch (embedded target or BMv2). "
+        "The global options go before or after the command: hotagg-ctl hotkeys list --json.",
         epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 unreachable, 4 full, 5 bad input, "
         "6 unknown job, 7 not primary, 8 pipeline, 9 exists/not found.",
     )
-    p.add_argument(
-        "--grpc-addr",
-        default="127.0.0.1:50051",
-        metavar="HOST:PORT",
-        help="P4Runtime server of the switch (default 127.0.0.1:50051)",
-    )
-    p.add_argument(
-        "--device-id", type=device_id, default=0, metavar="N", help="P4Runtime device id (0)"
-    )
-    p.add_argument(
-        "--election-id",
-        type=election_id,
-        default=(0, 1),
-        metavar="HI,LO",
-        help="election id, HI,LO or LO (default 0,1); the highest connected one is primary",
-    )
-    p.add_argument(
-        "--p4info",
-        type=Path,
-        default=None,
-        help="text P4Info (default: the repository's p4src/hotagg.p4info.txtpb, "
-        "else the switch's own)",
-    )
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds per RPC (default 10)")
-    p.add_argument(
-        "--wait",
-        type=float,
-        default=0.0,
-        help="seconds to wait for the switch to come up (default: fail at once)",
-    )
+    add_global_options(p, after_command=False)
     nouns = p.add_subparsers(dest="noun", required=True, metavar="NOUN")
 
     def verbs(name: str, help_: str) -> argparse._SubParsersAction:
@@ -318,7 +354,13 @@ def build_parser() -> argparse.ArgumentParser:
     hi.add_argument(
         "--with-hits", action="store_true", help="add the switch's hit counts to the statistics"
     )
-    hi.add_argument("--hits-weight", type=float, default=1.0, metavar="W", help="hits count W each")
+    hi.add_argument(
+        "--hits-weight",
+        type=float,
+        default=1.0,
+        metavar="W",
+        help="with --with-hits: a hit counts as W updates",
+    )
     hi.add_argument("--replace", action="store_true", help="evict the job's other hot keys")
     hi.add_argument("--dry-run", action="store_true", help="choose and print, write nothing")
     hi.set_defaults(func=commands.hotkeys_install)
@@ -336,55 +378,60 @@ def build_parser() -> argparse.ArgumentParser:
         "change at most --max-changes keys, a candidate replacing the weakest member only "
         "if its rate is higher by the --hysteresis margin and by --confidence standard "
         "errors. "
-        "Prints one line per step. The defaults are make run HOTSET=dynamic's.",
+        "Prints one line per step. The policy's defaults (--change-threshold to --min-rate) "
+        "are those of make run HOTSET=dynamic's loop (experiment/hotset.py).",
     )
     au.add_argument("--job-id", type=job_id, required=True, metavar="ID")
     au.add_argument("--budget", type=nonnegative, metavar="B", help="hot keys (default: slots)")
-    au.add_argument("--interval", type=seconds, default=1.0, metavar="S", help="seconds (1)")
+    au.add_argument(
+        "--interval", type=seconds, default=1.0, metavar="S", help="seconds between steps"
+    )
     au.add_argument(
         "--change-threshold",
         type=change_threshold,
         default=online.CHANGE_THRESHOLD,
         metavar="T",
         help="a key's rate is the mean since it last changed; a change is taken when the "
-        f"counts' log-likelihood ratio exceeds T nats ({online.CHANGE_THRESHOLD})",
+        "counts' log-likelihood ratio exceeds T nats",
     )
     au.add_argument(
         "--decay",
         type=decay,
         metavar="D",
         help="estimate rates with exponential decay instead, D the weight of the past rate "
-        f"per step, in [0, 1) (the earlier default, {online.DECAY}, tuned with --hysteresis 1)",
+        f"per step, in [0, 1) (default: off; {online.DECAY} goes with --hysteresis 1)",
     )
     au.add_argument(
         "--hysteresis",
         type=nonnegative_float,
         default=online.MARGIN,
         metavar="H",
-        help=f"a candidate must beat the weakest member's rate by this fraction ({online.MARGIN})",
+        help="a candidate must beat the weakest member's rate by this fraction",
     )
     au.add_argument(
         "--confidence",
         type=nonnegative_float,
         default=online.CONFIDENCE,
         metavar="Z",
-        help="... and by this many standard errors of the two rates (Poisson counts): "
-        f"a key seen once must beat its noise ({online.CONFIDENCE}; 0: off)",
+        help="... and by this many standard errors of the two rates, so that a key seen "
+        "once must beat its noise (0: off). The counts read here (hits, --freq's cold "
+        "counts, --sketch) are taken as Poisson; make run HOTSET=dynamic's loop reads the "
+        "PS's files with the hot keys' presence, knows the workers from them and takes a "
+        "cold key's count as binomial",
     )
     au.add_argument(
         "--max-changes",
         type=nonnegative,
         default=online.MAX_CHANGES,
         metavar="M",
-        help=f"keys entering per step ({online.MAX_CHANGES})",
+        help="keys entering per step",
     )
     au.add_argument(
         "--min-rate",
         type=nonnegative_float,
         default=online.MIN_RATE,
         metavar="R",
-        help="updates per iteration (per step without --freq) a key needs to enter "
-        f"({online.MIN_RATE})",
+        help="updates per iteration (per step without --freq) a key needs to enter",
     )
     au.add_argument(
         "--freq",
@@ -441,7 +488,18 @@ def build_parser() -> argparse.ArgumentParser:
     loss.add_parser("show", help="the current drop probability").set_defaults(
         func=commands.loss_show
     )
+    for command in subcommands(p):
+        add_global_options(command, after_command=True)
     return p
+
+
+def subcommands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """Every noun's and verb's parser under `parser`."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                yield command
+                yield from subcommands(command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,23 +13,9 @@ from __future__ import annotations
 
 import signal
 import sys
-from pathlib import Path
 
-from experiment.options import (
-    OptionParser,
-    bandwidth,
-    count,
-    drift,
-    hot_slots,
-    nonnegative,
-    port,
-    positive,
-    probability,
-    seed,
-    workers,
-)
+from experiment.options import OptionParser, add_run_arguments, config_of
 from experiment.runner import (
-    HOTSET_EVERY,
     Experiment,
     ExperimentError,
     PreflightError,
@@ -48,123 +34,28 @@ EXIT_PROCESS_DIED = 4  # a switch, PS shard or worker died during the run (Proce
 def build_parser() -> OptionParser:
     parser = OptionParser(prog="python -m experiment", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run the experiment")
-    d = RunConfig()
-    run.add_argument("--target", choices=("embedded", "bmv2"), default=d.target)
-    run.add_argument(
-        "--topo",
-        type=Path,
-        default=d.topo,
-        help="topology.json, or star:N, star:N:S (S PS shards), leafspine:L:H (default: star)",
+    commands = {
+        "run": "the experiment: offloaded vs server-only (make run)",
+        "stop": "stop this checkout's runs (or one run) and clean up what they left (make stop)",
+        "sweep": "a grid of runs, plotted against the model's bound (make sweep)",
+    }
+    run, stop, sweep_parser = (
+        sub.add_parser(name, help=text, description=text) for name, text in commands.items()
     )
-    run.add_argument(
-        "--ps",
-        type=lambda text: [name for name in text.split(",") if name],
-        default=[],
-        metavar="HOST[,HOST]",
-        help="the parameter server host(s), for a topology file without hotagg's roles",
+    add_run_arguments(run)
+    run.epilog = (
+        "Exit codes: 0 done and exact, 1 the two modes' parameters differ, 2 bad options or "
+        "missing prerequisites, 3 the run failed, 4 a process the run started died, "
+        "130 interrupted."
     )
-    run.add_argument("--workers", type=workers, default=d.workers)
-    run.add_argument("--iterations", type=positive, default=d.iterations)
-    run.add_argument("--skew", type=nonnegative, default=d.skew, help="Zipf exponent")
-    run.add_argument("--keys", type=positive, default=d.keys, help="key space (parameters)")
-    run.add_argument(
-        "--keys-per-iter",
-        type=positive,
-        default=d.keys_per_iter,
-        help="updates each worker draws per iteration",
+    stop.add_argument(
+        "--run",
+        metavar="ID",
+        help="only this run id (runs/<id>), of any checkout (default: every run of this checkout)",
     )
-    run.add_argument(
-        "--hot-slots",
-        type=hot_slots,
-        default=d.hot_slots,
-        help="switch slots for the hot set (its budget)",
-    )
-    run.add_argument(
-        "--loss",
-        type=probability,
-        default=d.loss,
-        help="drop probability of the switch's drop simulator",
-    )
-    run.add_argument(
-        "--bw",
-        type=bandwidth,
-        default=d.bw,
-        metavar="MBPS|auto",
-        help="bandwidth of every link in Mbit/s, instead of the topology's own; 'auto': the "
-        "highest rate at which a short calibration stays network-bound",
-    )
-    run.add_argument("--seed", type=seed, default=d.seed)
-    run.add_argument("--workload", choices=("zipf", "lr", "trace"), default=d.workload)
-    run.add_argument("--trace", help="trace CSV for --workload trace")
-    run.add_argument(
-        "--drift",
-        type=drift,
-        default=d.drift,
-        metavar="every=K,fraction=F[,head=H]",
-        help="the measured phases' workload drifts: every K iterations a fraction F of the H "
-        "most popular ranks (default 256) take keys from the tail (zipf, lr; default none)",
-    )
-    run.add_argument(
-        "--hotset",
-        choices=("static", "dynamic"),
-        default=d.hotset,
-        help="offload phase: the warm-up's hot set throughout (static), or re-selected "
-        "while the workers train by the controller's online loop (dynamic)",
-    )
-    run.add_argument(
-        "--hotset-every",
-        type=positive,
-        default=None,
-        metavar="N",
-        help="dynamic: re-select every N iterations (default by source: "
-        + ", ".join(f"{src} {n}" for src, n in HOTSET_EVERY.items())
-        + ")",
-    )
-    run.add_argument(
-        "--hotset-source",
-        choices=tuple(HOTSET_EVERY),
-        default=d.hotset_source,
-        help="dynamic: what the online loop measures the keys' rates from: the PS's counters "
-        "(ps), or the switch alone (switch: the hot-key tables' hit counters and the "
-        "cold-key sketch's reports, as NetCache)",
-    )
-    run.add_argument(
-        "--warmup",
-        type=positive,
-        default=d.warmup,
-        help="warm-up iterations whose statistics choose the hot set",
-    )
-    run.add_argument("--runs-dir", type=Path, default=d.runs_dir)
-    run.add_argument(
-        "--grpc-base-port",
-        type=port,
-        default=d.grpc_base_port,
-        help="P4Runtime port of the first switch, the others count up (0: free ports)",
-    )
-    run.add_argument(
-        "--intf-prefix",
-        default="",
-        help="prefix of this run's switch interface names (empty: an unused one)",
-    )
-    run.add_argument(
-        "--keep", action="store_true", help="keep the network up after the run, until Ctrl-C"
-    )
-    run.add_argument(
-        "--switch-restarts",
-        type=count,
-        default=d.switch_restarts,
-        metavar="N",
-        help="restart a switch that dies during a phase and run the phase again, up to N "
-        "times (default 0: the run ends with exit code 4)",
-    )
-    stop = sub.add_parser(
-        "stop", help="stop this checkout's runs (or one run) and clean up what they left"
-    )
-    stop.add_argument("--run", help="only this run id (runs/<id>), of any checkout")
     from experiment import sweep
 
-    sweep.add_arguments(sub.add_parser("sweep", help="a grid of runs, plots against the bound"))
+    sweep.add_arguments(sweep_parser)
     return parser
 
 
@@ -432,33 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         return sweep.main(args)
     if args.command == "stop":
         return stop(args.run)
-    extra = ["--trace", args.trace] if args.trace else []
-    cfg = RunConfig(
-        target=args.target,
-        topo=args.topo,
-        workers=args.workers,
-        iterations=args.iterations,
-        skew=args.skew,
-        keys=args.keys,
-        keys_per_iter=args.keys_per_iter,
-        hot_slots=args.hot_slots,
-        loss=args.loss,
-        seed=args.seed,
-        workload=args.workload,
-        warmup=args.warmup,
-        bw=args.bw,
-        ps=args.ps,
-        runs_dir=args.runs_dir,
-        grpc_base_port=args.grpc_base_port,
-        intf_prefix=args.intf_prefix,
-        keep=args.keep,
-        switch_restarts=args.switch_restarts,
-        extra_workload_args=extra,
-        hotset=args.hotset,
-        hotset_every=args.hotset_every or 0,  # 0: the source's (RunConfig)
-        hotset_source=args.hotset_source,
-        drift=args.drift,
-    )
+    cfg = config_of(args)
     from controller.errors import ControllerError
 
     try:

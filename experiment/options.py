@@ -16,8 +16,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from contract.clihelp import HelpParser
 from contract.constants import MAX_WORKERS, NUM_SLOTS
-from experiment.runner import AUTO_RATES, PreflightError, RunConfig, say, trace_path
+from experiment.runner import (
+    AUTO_RATES,
+    HOTSET_EVERY,
+    PreflightError,
+    RunConfig,
+    say,
+    trace_path,
+)
 from topologies.topology import Topology
 
 # argparse destination -> the make variable a user sets (`make run SEED=...`)
@@ -48,8 +56,9 @@ T = TypeVar("T", int, float)
 PS_BYTES_PER_KEY = 24  # three int64 arrays over the whole key space per PS (hosts/ps.py)
 
 
-class OptionParser(argparse.ArgumentParser):
-    """argparse whose errors name the make variable too: "SEED (--seed): -1 is negative"."""
+class OptionParser(HelpParser):
+    """argparse whose errors name the make variable too: "SEED (--seed): -1 is negative";
+    its --help shows every default (contract/clihelp.py), its subcommands' too."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         def named(m: re.Match[str]) -> str:
@@ -126,9 +135,184 @@ def drift(text: str) -> str | None:
     return None if spec is None else str(spec)
 
 
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `python -m experiment run` (make run's variables, MAKE_NAMES), on
+    `parser`; make sweep passes some of them to every run (experiment/sweep.py)."""
+    d = RunConfig()
+    parser.add_argument(
+        "--target",
+        choices=("embedded", "bmv2"),
+        default=d.target,
+        help="the switch: hotagg's embedded Python switch, or BMv2's simple_switch_grpc "
+        "(its binary from $BMV2_BINARY)",
+    )
+    parser.add_argument(
+        "--topo",
+        type=Path,
+        default=d.topo,
+        help="topology.json, or star:N, star:N:S (S PS shards), leafspine:L:H (default: "
+        "topologies/star.json, 4 workers)",
+    )
+    parser.add_argument(
+        "--ps",
+        type=lambda text: [name for name in text.split(",") if name],
+        default=[],
+        metavar="HOST[,HOST]",
+        help="the parameter server host(s), for a topology file without hotagg's roles",
+    )
+    parser.add_argument(
+        "--workers",
+        type=workers,
+        default=None,
+        metavar="N",
+        help="the first N worker hosts of the topology run (default: all of them)",
+    )
+    parser.add_argument(
+        "--iterations", type=positive, default=d.iterations, help="measured iterations per mode"
+    )
+    parser.add_argument("--skew", type=nonnegative, default=d.skew, help="Zipf exponent (zipf, lr)")
+    parser.add_argument("--keys", type=positive, default=d.keys, help="key space (parameters)")
+    parser.add_argument(
+        "--keys-per-iter",
+        type=positive,
+        default=d.keys_per_iter,
+        help="zipf: updates each worker draws per iteration",
+    )
+    parser.add_argument(
+        "--hot-slots",
+        type=hot_slots,
+        default=d.hot_slots,
+        help="switch slots for the hot set (its budget)",
+    )
+    parser.add_argument(
+        "--loss",
+        type=probability,
+        default=d.loss,
+        help="drop probability of the switch's drop simulator",
+    )
+    parser.add_argument(
+        "--bw",
+        type=bandwidth,
+        default=d.bw,
+        metavar="MBPS|auto",
+        help="bandwidth of every link in Mbit/s, instead of the topology's own; 'auto': the "
+        "highest rate at which a short calibration saturates the PS link in both modes "
+        "(default: the topology's own; make run passes BW=auto)",
+    )
+    parser.add_argument(
+        "--seed", type=seed, default=d.seed, help="seed of the workload and the drop simulator"
+    )
+    parser.add_argument(
+        "--workload",
+        choices=("zipf", "lr", "trace"),
+        default=d.workload,
+        help="zipf draws, a logistic regression's sparse features (lr), or a trace file",
+    )
+    parser.add_argument("--trace", metavar="CSV", help="trace CSV for --workload trace")
+    parser.add_argument(
+        "--drift",
+        type=drift,
+        default=d.drift,
+        metavar="every=K,fraction=F[,head=H]",
+        help="the measured phases' workload drifts: every K iterations a fraction F of the H "
+        "most popular ranks (default 256) take keys from the tail (zipf, lr; default none)",
+    )
+    parser.add_argument(
+        "--hotset",
+        choices=("static", "dynamic"),
+        default=d.hotset,
+        help="offload phase: the warm-up's hot set throughout (static), or re-selected "
+        "while the workers train by the controller's online loop (dynamic)",
+    )
+    parser.add_argument(
+        "--hotset-every",
+        type=positive,
+        default=None,
+        metavar="N",
+        help="dynamic: re-select every N iterations (default by source: "
+        + ", ".join(f"{src} {n}" for src, n in HOTSET_EVERY.items())
+        + ")",
+    )
+    parser.add_argument(
+        "--hotset-source",
+        choices=tuple(HOTSET_EVERY),
+        default=d.hotset_source,
+        help="dynamic: what the online loop measures the keys' rates from: the PS's counters "
+        "(ps), or the switch alone (switch: the hot-key tables' hit counters and the "
+        "cold-key sketch's reports, as NetCache)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=positive,
+        default=d.warmup,
+        help="warm-up iterations whose statistics choose the hot set",
+    )
+    parser.add_argument(
+        "--runs-dir",
+        type=Path,
+        default=d.runs_dir,
+        metavar="DIR",
+        help="where the run's directory goes (default: runs/ of this checkout)",
+    )
+    parser.add_argument(
+        "--grpc-base-port",
+        type=port,
+        default=d.grpc_base_port,
+        help="P4Runtime port of the first switch, the others count up (0: free ports)",
+    )
+    parser.add_argument(
+        "--intf-prefix",
+        default="",
+        help="prefix of this run's switch interface names (empty: an unused one)",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the network up after the run, until Ctrl-C"
+    )
+    parser.add_argument(
+        "--switch-restarts",
+        type=count,
+        default=d.switch_restarts,
+        metavar="N",
+        help="restart a switch that dies during a phase and run the phase again, up to N "
+        "times (default: 0, the run ends with exit code 4)",
+    )
+
+
+def config_of(args: argparse.Namespace) -> RunConfig:
+    """The run's configuration from add_run_arguments' options."""
+    extra = ["--trace", args.trace] if args.trace else []
+    return RunConfig(
+        target=args.target,
+        topo=args.topo,
+        workers=args.workers or 0,  # 0: every worker host of the topology (check)
+        iterations=args.iterations,
+        skew=args.skew,
+        keys=args.keys,
+        keys_per_iter=args.keys_per_iter,
+        hot_slots=args.hot_slots,
+        loss=args.loss,
+        seed=args.seed,
+        workload=args.workload,
+        warmup=args.warmup,
+        bw=args.bw,
+        ps=args.ps,
+        runs_dir=args.runs_dir,
+        grpc_base_port=args.grpc_base_port,
+        intf_prefix=args.intf_prefix,
+        keep=args.keep,
+        switch_restarts=args.switch_restarts,
+        extra_workload_args=extra,
+        hotset=args.hotset,
+        hotset_every=args.hotset_every or 0,  # 0: the source's (RunConfig)
+        hotset_source=args.hotset_source,
+        drift=args.drift,
+    )
+
+
 def check(cfg: RunConfig) -> Topology:
     """Everything about the options that argparse cannot see alone; the loaded topology.
-    Raises PreflightError naming the option. Needs neither root nor a network."""
+    Raises PreflightError naming the option. Needs neither root nor a network. Fills in
+    what the topology decides: cfg.workers 0 (WORKERS empty) becomes its worker hosts."""
     from topologies.network import prefix_problem
     from topologies.switches import bmv2_binary, bmv2_missing
     from topologies.topology import TopologyFileError, load_topology
@@ -154,10 +338,13 @@ def check(cfg: RunConfig) -> Topology:
     for notice in topology.notices:
         say(f"note: {notice}")
     n_workers = len(topology.workers)
+    if not cfg.workers:  # WORKERS empty: every worker host of the topology
+        cfg.workers = n_workers
     if not 1 <= cfg.workers <= n_workers:
         raise PreflightError(
             f"WORKERS={cfg.workers}, but {cfg.topo} has {n_workers} worker hosts"
-            f" (TOPO=star:{cfg.workers} generates a star with that many)"
+            f" (leave WORKERS empty for all of them, or TOPO=star:{cfg.workers} generates a "
+            "star with that many)"
         )
     aggregating = [n for n, s in topology.switches.items() if s.aggregate]
     # Each PS collects from its own switch only: a second aggregating switch would sum

@@ -103,7 +103,7 @@ class Watched:
 class RunConfig:
     target: str = "embedded"
     topo: Path = REPO_ROOT / "topologies" / "star.json"
-    workers: int = 4
+    workers: int = 0  # 0: every worker host of the topology (options.check fills it in)
     iterations: int = 50
     skew: float = 1.1
     keys: int = 100_000

@@ -2,6 +2,8 @@
 
     python -m experiment sweep [--workers 4,8,16] [--skew 1.1,1.3] [--hot-slots 256]
         [--loss 0] [--bw 2] [--seeds 1,2] [--shards 1] [--iterations 30] [--target ...]
+        [--keys N] [--workload W] [--hotset dynamic] [--drift ...] (FIXED_RUN_OPTIONS:
+        make run's options, given to every run as they are)
 
 Each point of the grid (the product of the lists) is a `python -m experiment run` of its
 own, on a generated star with as many workers as the point has (`star:N`, or `star:N:S` for
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from experiment.runner import PreflightError
 from topologies.switches import REPO_ROOT
 
 MODEL_TOLERANCE = 0.15  # the goal: measured speed-up within 15% of the bound
@@ -84,19 +87,116 @@ def _list(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
     return parse
 
 
+# `make run` options a sweep passes to every run as given (one value, not a list), by dest.
+FIXED_RUN_OPTIONS = (
+    "keys",
+    "workload",
+    "trace",
+    "hotset",
+    "hotset_source",
+    "drift",
+    "switch_restarts",
+    "grpc_base_port",
+    "intf_prefix",
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workers", type=_list(int), default=DEFAULTS["workers"])
-    parser.add_argument("--skew", type=_list(float), default=DEFAULTS["skew"])
-    parser.add_argument("--hot-slots", type=_list(int), default=DEFAULTS["hot_slots"])
-    parser.add_argument("--loss", type=_list(float), default=DEFAULTS["loss"])
-    parser.add_argument("--bw", type=_list(float), default=DEFAULTS["bw"], help="Mbit/s")
-    parser.add_argument("--seeds", type=_list(int), default=DEFAULTS["seeds"])
-    parser.add_argument(
-        "--shards", type=_list(int), default=DEFAULTS["shards"], help="PS shards (1,2: baseline)"
+    grid_options = parser.add_argument_group("the grid (comma-separated lists)")
+    grid_options.add_argument(
+        "--workers",
+        type=_list(int),
+        default=DEFAULTS["workers"],
+        help="worker counts; each point runs on a generated star:N",
     )
-    parser.add_argument("--iterations", type=int, default=30)
-    parser.add_argument("--target", choices=("embedded", "bmv2"), default="embedded")
-    parser.add_argument("--sweeps-dir", type=Path, default=REPO_ROOT / "sweeps")
+    grid_options.add_argument(
+        "--skew", type=_list(float), default=DEFAULTS["skew"], help="Zipf exponents"
+    )
+    grid_options.add_argument(
+        "--hot-slots",
+        type=_list(int),
+        default=DEFAULTS["hot_slots"],
+        help="switch slots for the hot set (its budget)",
+    )
+    grid_options.add_argument(
+        "--loss", type=_list(float), default=DEFAULTS["loss"], help="drop probabilities"
+    )
+    grid_options.add_argument(
+        "--bw",
+        type=_list(float),
+        default=DEFAULTS["bw"],
+        help="link rates in Mbit/s (at 2, a 2-core machine stays PS-link-bound)",
+    )
+    grid_options.add_argument(
+        "--seeds", type=_list(int), default=DEFAULTS["seeds"], help="seeds, one run each"
+    )
+    grid_options.add_argument(
+        "--shards",
+        type=_list(int),
+        default=DEFAULTS["shards"],
+        help="PS shards (star:N:S); 1,2 adds each point on 2 shards, a server-side baseline",
+    )
+    every_run = parser.add_argument_group("every run")
+    every_run.add_argument(
+        "--iterations", type=int, default=30, help="measured iterations per mode and run"
+    )
+    every_run.add_argument(
+        "--target",
+        choices=("embedded", "bmv2"),
+        default="embedded",
+        help="the switch (BMv2's binary from $BMV2_BINARY)",
+    )
+    every_run.add_argument(
+        "--sweeps-dir",
+        type=Path,
+        default=REPO_ROOT / "sweeps",
+        metavar="DIR",
+        help="where the sweep's directory goes (default: sweeps/ of this checkout)",
+    )
+    for action in _fixed_run_actions():
+        every_run._add_action(action)
+
+
+def _fixed_run_actions() -> list[argparse.Action]:
+    """FIXED_RUN_OPTIONS as `python -m experiment run` defines them: type, help, default."""
+    from experiment.options import add_run_arguments
+
+    runs = argparse.ArgumentParser(add_help=False)
+    add_run_arguments(runs)
+    return [a for a in runs._actions if a.dest in FIXED_RUN_OPTIONS]
+
+
+def run_options(args: argparse.Namespace) -> list[str]:
+    """The FIXED_RUN_OPTIONS given (those not at the run's default), as run arguments."""
+    out = []
+    for action in _fixed_run_actions():
+        value = getattr(args, action.dest, action.default)
+        if value != action.default:
+            out += [action.option_strings[0], str(value)]
+    return out
+
+
+def run_arguments(point: Point, args: argparse.Namespace, runs_dir: Path) -> list[str]:
+    """`python -m experiment run`'s arguments for one point."""
+    return [
+        "--target", args.target, "--topo", point.topo, "--workers", str(point.workers),
+        "--iterations", str(args.iterations), "--skew", str(point.skew),
+        "--hot-slots", str(point.hot_slots), "--loss", str(point.loss),
+        "--bw", str(point.bw), "--seed", str(point.seed), "--runs-dir", str(runs_dir),
+        *run_options(args),
+    ]  # fmt: skip
+
+
+def preflight(points: list[Point], args: argparse.Namespace) -> None:
+    """Every point's run options, checked as `make run` checks them (each error naming its
+    make variable), before the first run: a value no run can take stops the sweep now, not
+    after a grid of failed runs. Raises PreflightError; a malformed value exits 2."""
+    from experiment.options import OptionParser, add_run_arguments, check, config_of
+
+    parser = OptionParser(prog="python -m experiment run")
+    add_run_arguments(parser)
+    for point in points:
+        check(config_of(parser.parse_args(run_arguments(point, args, args.sweeps_dir))))
 
 
 def grid(args: argparse.Namespace) -> list[Point]:
@@ -130,13 +230,7 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 
 def run_point(point: Point, args: argparse.Namespace, runs_dir: Path, log: Path) -> dict | None:
     """One normal run; its summary, or None (and the log says why) when it failed."""
-    argv = [
-        sys.executable, "-m", "experiment", "run", "--target", args.target,
-        "--topo", point.topo, "--workers", str(point.workers),
-        "--iterations", str(args.iterations), "--skew", str(point.skew),
-        "--hot-slots", str(point.hot_slots), "--loss", str(point.loss),
-        "--bw", str(point.bw), "--seed", str(point.seed), "--runs-dir", str(runs_dir),
-    ]  # fmt: skip
+    argv = [sys.executable, "-m", "experiment", "run", *run_arguments(point, args, runs_dir)]
     with open(log, "a") as out:
         out.write(f"\n=== {point.label()}\n")
         out.flush()
@@ -395,8 +489,9 @@ def report(out: Path, rows: list[dict[str, Any]], figures: list[str], failed: li
 def main(args: argparse.Namespace) -> int:
     try:
         points = grid(args)
-    except ValueError as e:
-        print(f"hotagg sweep: {e}", file=sys.stderr)
+        preflight(points, args)
+    except (ValueError, PreflightError) as e:
+        print(f"hotagg sweep: error: {e}", file=sys.stderr)
         return 2
     out = args.sweeps_dir / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True)

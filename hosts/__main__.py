@@ -14,13 +14,14 @@ import argparse
 import json
 import sys
 
+from contract.clihelp import HelpParser
 from hosts import workloads
 from hosts.agent import positive_int
 from hosts.stats import load_params, params_sha256, save_params, top_keys
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hosts", description="hotagg host tools")
+    p = HelpParser(prog="python -m hosts", description="hotagg host tools")
     sub = p.add_subparsers(dest="cmd", required=True)
     ref = sub.add_parser("reference", help="compute the expected final parameters with numpy")
     ref.add_argument("--workers", type=positive_int, required=True)

@@ -48,6 +48,7 @@ from enum import Enum
 
 import numpy as np
 
+from contract.clihelp import HelpParser
 from contract.codec import CodecError, Message, decode, encode
 from contract.constants import (
     DEDUP_WINDOW,
@@ -707,7 +708,7 @@ class ParameterServer:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hosts.ps", description=__doc__.split("\n")[0])
+    p = HelpParser(prog="python -m hosts.ps", description=__doc__.split("\n")[0])
     p.add_argument("--job", type=int, required=True, help="job id (0..65535)")
     p.add_argument("--workers", type=positive_int, required=True, help="workers in the job")
     p.add_argument("--keys", type=positive_int, required=True, help="key space")

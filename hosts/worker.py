@@ -42,6 +42,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from contract.clihelp import HelpParser
 from contract.codec import CodecError, Message, decode
 from contract.constants import (
     DEDUP_WINDOW,
@@ -514,7 +515,7 @@ class Worker:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hosts.worker", description=__doc__.split("\n")[0])
+    p = HelpParser(prog="python -m hosts.worker", description=__doc__.split("\n")[0])
     p.add_argument("--job", type=int, required=True, help="job id (0..65535)")
     p.add_argument("--worker-id", type=int, required=True, help=f"0..{MAX_WORKERS - 1}")
     p.add_argument("--ps", required=True, help="PS shard addresses ip[:port],... in shard order")

@@ -511,9 +511,14 @@ class StreamOffset(Workload):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("workload")
-    g.add_argument("--workload", choices=("zipf", "trace", "lr"), default="zipf")
+    g.add_argument(
+        "--workload",
+        choices=("zipf", "trace", "lr"),
+        default="zipf",
+        help="zipf draws, a logistic regression's sparse features (lr), or a trace file",
+    )
     g.add_argument("--keys", type=int, default=100_000, help="key space (parameters)")
-    g.add_argument("--seed", type=int, default=1)
+    g.add_argument("--seed", type=int, default=1, help="seed of the workload's draws")
     g.add_argument("--skew", type=float, default=1.1, help="Zipf exponent (zipf, lr)")
     g.add_argument("--keys-per-iter", type=int, default=64, help="zipf: draws per worker/iter")
     g.add_argument("--value-range", type=float, default=0.01, help="zipf/trace: max |value|")

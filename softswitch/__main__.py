@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 
+from contract.clihelp import HelpParser
 from contract.constants import CPU_PORT
 
 EXIT_USAGE = 2
@@ -53,7 +54,7 @@ def cpu_port(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = HelpParser(
         prog="python -m softswitch",
         description="The embedded hotagg switch: raw-socket ports and a P4Runtime server.",
     )
@@ -68,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="P4Runtime listen address (default 127.0.0.1:50051, as hotagg-ctl and the P4 "
         "tutorials expect; port 0 picks a free one)",
     )
-    p.add_argument("--cpu-port", type=cpu_port, default=CPU_PORT, help="CPU port (255)")
+    p.add_argument("--cpu-port", type=cpu_port, default=CPU_PORT, help="CPU port (packet-in/out)")
     p.add_argument(
         "-i",
         "--interface",
@@ -80,8 +81,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="attach interface IFNAME as port PORT (repeatable)",
     )
     p.add_argument("--log", metavar="FILE", help="log to FILE instead of stderr")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    p.add_argument("--seed", type=int, help="seed of the drop simulator's random numbers")
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="the least severe log messages kept",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        help="seed of the drop simulator's random numbers (default: from the system)",
+    )
     return p
 
 

@@ -319,3 +319,64 @@ def test_p4runtime_shell_inserts_reads_and_deletes(tmp_path: Path, softswitch_pr
     assert "LEFT 0" in out
     with SwitchClient(addr, 0, (0, 2)) as c:
         assert HotKeys(c, p4).list(all_instances=True) == []
+
+
+# --- global options before or after the command ---------------------------------------------
+
+
+def test_global_options_work_before_and_after_the_command(capsys, switch: Switch) -> None:
+    a, p4info = switch.addr, str(P4INFO_PATH)
+    assert ctl(capsys, a, "job", "add", "--job-id", "1", "--slots", "8")[0] == 0
+    assert ctl(capsys, a, "hotkeys", "install", "--job-id", "1", "--keys", "5,6")[0] == 0
+    outputs = []
+    for argv in (
+        ["--grpc-addr", a, "--p4info", p4info, "--json", "hotkeys", "list"],
+        ["hotkeys", "list", "--json", "--grpc-addr", a, "--p4info", p4info],
+        ["hotkeys", "--json", "--grpc-addr", a, "list", "--p4info", p4info],
+    ):
+        assert main(argv) == 0, argv
+        outputs.append(json.loads(capsys.readouterr().out))  # --json took effect
+    assert outputs[0] == outputs[1] == outputs[2]
+    assert sorted(r["key"] for r in outputs[0]) == [5, 6]
+    # Given after the verb, an option wins over the same one before the noun; one not
+    # given after it keeps the value from before (not the default).
+    rc = main(["--grpc-addr", f"127.0.0.1:{closed_port()}", "--p4info", p4info,
+               "job", "list", "--grpc-addr", a, "--json"])  # fmt: skip
+    assert rc == 0 and json.loads(capsys.readouterr().out)[0]["job_id"] == 1
+    rc = main(["--grpc-addr", f"127.0.0.1:{closed_port()}", "--timeout", "2", "job", "list",
+               "--json"])  # fmt: skip
+    assert rc == 3 and "unreachable" in one_line_error(capsys.readouterr().err)
+    # ... and its value is checked there as before the noun (exit 5, one line)
+    rc = main(["job", "list", "--grpc-addr", a, "--election-id", "0,0"])
+    assert rc == 5 and "not a valid election id" in one_line_error(capsys.readouterr().err)
+
+
+def test_global_options_after_the_command_keep_the_values_before_it() -> None:
+    from controller.cli import build_parser
+
+    parser = build_parser()
+    before = parser.parse_args(["--device-id", "3", "--election-id", "1,2", "stats", "show"])
+    after = parser.parse_args(["stats", "show", "--device-id", "3", "--election-id", "1,2"])
+    mixed = parser.parse_args(["--device-id", "3", "stats", "--election-id", "1,2", "show"])
+    for args in (before, after, mixed):
+        assert (args.device_id, args.election_id, args.timeout) == (3, (1, 2), 10.0)
+    plain = parser.parse_args(["stats", "show"])
+    assert (plain.device_id, plain.election_id, plain.json) == (0, (0, 1), False)
+
+
+def test_confidence_help_says_which_error_model_each_loop_uses(capsys) -> None:
+    """hotagg-ctl's loop reads switch hits and cold counts (Poisson); make run's dynamic loop
+    reads the PS's presence counts and takes a cold key's as binomial (controller/online.py):
+    the help must not claim one model for both."""
+    from controller import online
+
+    assert main(["hotkeys", "auto", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "binomial" in text and "Poisson" in text
+    assert f"(default: {online.CONFIDENCE})" in text
+    # the binomial error is the estimator's once the source knows the workers (presence)
+    est = online.ChangeRateEstimator()
+    est.update(online.Observation(counts={1: 4.0}, iterations=1, presence={}, workers=4))
+    poisson = online.ChangeRateEstimator()
+    poisson.update(online.Observation(counts={1: 4.0}, iterations=1))
+    assert est.stderr(1) < poisson.stderr(1)

@@ -219,3 +219,53 @@ def test_exit_codes_are_the_documented_ones() -> None:
         (130, "interrupted"),
     ]:
         assert re.search(rf"\| `{code}` \|[^\n]*{meaning}", readme), code
+
+
+# --- WORKERS: empty means every worker host of the topology ---------------------------------
+
+# The shape of the P4 tutorials' exercises/basic/pod-topo/topology.json: four hosts, two
+# leaves and two spines, no hotagg roles (PS= names the parameter server).
+POD_TOPO = {
+    "hosts": {
+        f"h{i}": {"ip": f"10.0.{i}.{i}/24", "mac": f"08:00:00:00:0{i}:{i}{i}", "commands": []}
+        for i in (1, 2, 3, 4)
+    },
+    "switches": {f"s{i}": {"runtime_json": f"pod-topo/s{i}-runtime.json"} for i in (1, 2, 3, 4)},
+    "links": [
+        ["h1", "s1-p1"], ["h2", "s1-p2"], ["s1-p3", "s3-p1"], ["s1-p4", "s4-p2"],
+        ["h3", "s2-p1"], ["h4", "s2-p2"], ["s2-p3", "s4-p1"], ["s2-p4", "s3-p2"],
+    ],
+}  # fmt: skip
+
+
+def _checked(*argv: str):
+    from experiment.options import check, config_of
+
+    cfg = config_of(build_parser().parse_args(["run", *argv]))
+    check(cfg)
+    return cfg
+
+
+def test_workers_default_to_every_worker_host_of_the_topology(tmp_path: Path) -> None:
+    from topologies.topology import load_topology
+
+    pod = tmp_path / "pod-topo.json"
+    pod.write_text(json.dumps(POD_TOPO))
+    assert build_parser().parse_args(["run"]).workers is None  # not make run's old 4
+    star = REPO / "topologies" / "star.json"
+    assert _checked().workers == len(load_topology(star).workers)
+    assert _checked("--topo", "star:3").workers == 3
+    assert _checked("--topo", "star:9:2").workers == 9
+    # make run TOPO=pod-topo.json PS=h4: the other three hosts are the workers
+    assert _checked("--topo", str(pod), "--ps", "h4").workers == 3
+    assert _checked("--topo", str(pod), "--ps", "h3,h4").workers == 2
+    assert _checked("--topo", str(pod), "--ps", "h4", "--workers", "2").workers == 2
+
+
+def test_more_workers_than_the_topology_has_is_still_an_error(tmp_path: Path) -> None:
+    from experiment.runner import PreflightError
+
+    pod = tmp_path / "pod-topo.json"
+    pod.write_text(json.dumps(POD_TOPO))
+    with pytest.raises(PreflightError, match=r"WORKERS=4, but .* has 3 worker hosts .*empty"):
+        _checked("--topo", str(pod), "--ps", "h4", "--workers", "4")

@@ -89,3 +89,67 @@ def test_rows_plots_and_report(tmp_path: Path) -> None:
     assert "![ps_packets.png](ps_packets.png)" in text
     # Spread over seeds: p99 speed-ups 20*1.3/21 and 20*1.3/22 for 4 workers.
     assert f"| 4 | 1.1 | 256 | 0 | 10 | 1 | 2 | 1.30x [1.30-1.30] | {26 / 21.5:.2f}x" in text
+
+
+# --- make run's options, passed to every run as given ---------------------------------------
+
+
+def test_fixed_run_options_reach_every_run_and_defaults_add_nothing(tmp_path: Path) -> None:
+    plain = parse("--workers", "4,8")
+    for point in sweep.grid(plain):
+        assert sweep.run_options(plain) == []
+        assert "--hotset" not in sweep.run_arguments(point, plain, tmp_path)
+    args = parse("--workers", "4,8", "--hotset", "dynamic", "--keys", "5000", "--drift",
+                 "every=5,fraction=0.3", "--hotset-source", "switch", "--switch-restarts", "1",
+                 "--intf-prefix", "sw", "--grpc-base-port", "6000")  # fmt: skip
+    expected = {
+        "--hotset": "dynamic",
+        "--keys": "5000",
+        "--drift": "every=5,fraction=0.3,head=256",  # the run's own form of it
+        "--hotset-source": "switch",
+        "--switch-restarts": "1",
+        "--intf-prefix": "sw",
+        "--grpc-base-port": "6000",
+    }
+    for point in sweep.grid(args):
+        argv = sweep.run_arguments(point, args, tmp_path)
+        given = dict(zip(argv[::2], argv[1::2]))
+        assert {k: given.get(k) for k in expected} == expected
+        assert given["--workers"] == str(point.workers) and given["--topo"] == point.topo
+    # every option it takes is one `python -m experiment run` takes, under the same name
+    from experiment.__main__ import build_parser
+
+    run = build_parser().parse_args(["run", *sweep.run_arguments(point, args, tmp_path)])
+    assert (run.hotset, run.keys, run.workers) == ("dynamic", 5000, point.workers)
+
+
+def test_a_value_no_run_can_take_stops_the_sweep_before_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiment.__main__ import main
+
+    sweeps = tmp_path / "sweeps"
+    # HOTSET_SOURCE=switch without HOTSET=dynamic: each run would refuse it
+    argv = ["sweep", "--workers", "4", "--seeds", "1", "--sweeps-dir", str(sweeps)]
+    assert main([*argv, "--hotset-source", "switch"]) == 2
+    assert "HOTSET=static runs none" in capsys.readouterr().err
+    # a head as large as the key space, and a worker count the run refuses
+    assert main([*argv, "--keys", "200", "--drift", "every=5,fraction=0.3"]) == 2
+    assert "DRIFT=every=5,fraction=0.3,head=256" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "--workers", "65", "--sweeps-dir", str(sweeps)])
+    assert e.value.code == 2 and "WORKERS (--workers): 65" in capsys.readouterr().err
+    assert not sweeps.exists()  # nothing ran, not even the sweep's directory
+    # a grid every run can take passes
+    sweep.preflight(sweep.grid(parse("--hotset", "dynamic", "--keys", "5000")), parse())
+
+
+def test_sweep_help_shows_the_grid_and_the_run_options() -> None:
+    from experiment.__main__ import build_parser
+
+    [sub] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    text = " ".join(sub.choices["sweep"].format_help().split())
+    for name, value in sweep.DEFAULTS.items():
+        assert f"--{name.replace('_', '-')}" in text and f"(default: {value})" in text
+    for dest in sweep.FIXED_RUN_OPTIONS:
+        assert f"--{dest.replace('_', '-')}" in text
