@@ -33,9 +33,9 @@ no such loop can close.
 
 `--sweep` runs the policies over drift rates (the head's turnover per iteration,
 fraction/every) with `lag` 1, the real runner's (the PS's file for iteration t is read,
-and the step's Write lands, while t+1 runs), at both step phases (a step after even or after
-odd iterations: `phase`, sweep()), and draws coverage / expected oracle against the turnover
-beside the JSON (`.png`).
+and the step's Write lands, while t+1 runs), at every step phase (`phase`, sweep(): one
+at the default pace of a step every iteration), and draws coverage / expected oracle
+against the turnover beside the JSON (`.png`).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ POLICIES = ("static", "dynamic", "decay", "informed", "bayes")
 LABELS = {
     "static": "static",
     "dynamic": "dynamic (mean since a key's last change)",
-    "decay": "dynamic, exponential decay (before)",
+    "decay": "dynamic, exponential decay (RateEstimator)",
     "informed": "informed (knows the distribution)",
     "bayes": "bayes (knows the drift's law, finds keys by counts)",
 }

@@ -86,127 +86,40 @@ from hosts.workloads import DriftSpec
 MODES = ("static", "dynamic")
 SOURCES = tuple(HOTSET_EVERY)  # what the loop reads (RunConfig.hotset_source), each with its pace
 # How often the loop looks at the PS's frequency files (a .live file's header: ~25 us, so
-# about 1-2% of a core at this rate). A step reads iterations up to t once the PS has counted
-# them, about when the workers start t+1, and its Write counts in t+1 only from when it lands:
-# every ms of waiting is a ms later. Polling every 0.005 s instead of 0.02 s raised coverage /
-# expected oracle from 0.894 to 0.901 (seeds 4-9 at 2% drift); 0.002 s takes another ~1.5 ms
-# off the wait on average. Where the Writes land (`bench.write_landing`): docs/hotset.md, "A
-# step every iteration" (and, before it, "When a step's Write lands").
+# about 1-2% of a core at this rate). A step reads iteration t once the PS has counted it,
+# about when the workers start t+1, and its Write counts in t+1 only from when it lands, so
+# every ms of polling delay is a ms of t+1 on the old set (docs/hotset.md, "Pacing: when a
+# step's Write counts").
 POLL_S = 0.002
 STOP_WAIT_S = 30.0  # a step in flight (a P4Runtime write) gets this long to end
-# The loop's thread runs at the lowest CPU priority: a controller runs on a CPU of its own, not on
-# the cores of the switch it steers. A step took ~9 ms of CPU every 2 iterations of ~33 ms when it
-# read .npz files (read alone, unloaded: ~1 ms an .npz, ~0.7 ms a .live file; the whole step was not
-# measured again). Mininet starts each host in a session of its own, and with autogroup scheduling
-# (on by default on most distributions: /proc/sys/kernel/sched_autogroup_enabled) a thread's nice
-# value only counts within its session: it does not yield to the agents, but to the switch process
-# the runner started (the embedded switch, or BMv2), which shares the runner's session and is on
-# every packet's path. Measured without drift (embedded, 5 Mbit/s, seeds 4-9, then 11-15): one batch
-# went from 1.177 to 1.213 in offload's speedup over server-only (static 1.234), the next stayed at
-# 32.5 ms p50 either way (static 31.8). SCHED_IDLE, which yields to any thread that wakes, measured
-# no better (31.81 against 31.89 ms, seeds 4-9) and risks a stall: a thread preempted while it holds
-# the interpreter lock blocks its process's other threads until it runs again. A step now takes
-# ~4 ms of CPU (`python -m bench.loop_cpu`); without drift, a loop that steps but moves nothing
-# measured within noise of static, in this thread or in a process of its own session at autogroup
-# nice 19: what dynamic costs there is its moves (docs/hotset.md).
+# The loop's thread runs at the lowest CPU priority: a controller runs on a CPU of its own, not
+# on the cores of the switch it steers. Mininet starts each host in a session of its own, and
+# with autogroup scheduling (/proc/sys/kernel/sched_autogroup_enabled) a thread's nice value
+# only counts within its session: the loop yields to the switch process the runner started
+# (on every packet's path, in the runner's session), not to the agents. SCHED_IDLE is not
+# used: a thread preempted while it holds the interpreter lock would stall the runner's other
+# threads until it ran again. A step takes ~4 ms of CPU (`python -m bench.loop_cpu`).
 LOOP_NICE = 19
-# The loop's policy (controller/online.py's defaults, which `hotagg-ctl hotkeys auto` shares),
-# tuned with bench/hotset_sim.py on the run's workload (Zipf 1.1 over 100,000 keys, 4 workers
-# x 256 draws, 88-108 slots; seeds 3-5, checked on 6-11; drift none, every=20/10/5 with
-# fraction 0.1/0.2/0.3), scored against the expected oracle, at lag 1 (a step's changes in
-# force an iteration after the next, as measured then) and a step every 2 iterations (the
-# figures below are from then; the last paragraph says what a step every iteration changed):
-# - ChangeRateEstimator, CHANGE_THRESHOLD 6 nats over CHANGE_WINDOW 6 steps: a key's rate
-#   is the mean since it last changed (the figures below are from before it counted hot keys
-#   by their presence, at 7 nats; the last item says what that changed). Under drift a key's
-#   rate jumps (it enters or leaves the head) and then holds. Exponential decay
-#   (RateEstimator, DECAY 0.5, MARGIN 1.0: the loop's estimator until this one) had one
-#   memory for both: it followed a jump
-#   within a step or two, but it also estimated steady keys from ~4 iterations of counts,
-#   so the noise test held back the keys near the boundary (~1 update per iteration).
-#   Per iteration since an epoch start (every=10,fraction=0.2), decay reached 0.85 of the
-#   expected oracle by the 4th iteration and 0.92 by the 10th; a loop that knew the
-#   distribution, 1.0 from the 4th. Told when each key's rate changed (not the rate), the
-#   same loop kept 0.90-0.92 of the oracle at 2% turnover; ChangeRateEstimator, which finds
-#   the changes from the counts, keeps 0.894 (decay 0.854), 0.935 at 1% (0.913), 0.959 at
-#   0.5% (0.953), and without drift 0.981 with 45 keys moved per 100 iterations (0.984,
-#   41). Threshold 6: 0.892 and 63 moved without drift; 5: 0.891, 97; 3: 0.892, 201 (and
-#   0.974 without drift); 8: 0.886, 32. Window 4: 0.890; 8: as 6. These are at step phase
-#   0 (steps after even iterations: every=10's epoch starts never fall inside a step); at
-#   phase 1, 0.860 at 2%, 0.922 at 1%. In `make run` (embedded, seeds 4-9 at 2%) coverage
-#   was 0.003-0.013 above the simulator's at lag 1. Lag 1 is what the run does: its Writes
-#   land after t+1's pushes, 0-7% of them during (`bench.write_landing`, POLL_S above).
-# - FIRST_FULL (decay only; ChangeRateEstimator does the same): a key not seen before starts
-#   at its first count (not half of it), so a newly popular key enters one step earlier.
-# - MARGIN 0.6: a candidate must have 1.6 times the weakest member's rate. With the steadier
-#   estimates it matters little: 0.5-0.8 were within 0.003 of each other; 1.0 kept 0.892 at
-#   2% and 0.980 without drift. (With decay, 1.0 moved half the keys 0.5 did without drift,
-#   277 against 529 per 100 iterations, at equal coverage.)
-# - MAX_CHANGES 32: a heavy drift replaces ~30 of the top 108 every 5 iterations; 16 per
-#   step could not keep up when steps lag the PS's file.
-# - MIN_RATE 1.0: the warm-up's own rule: a slot is collected every iteration, so a key
-#   updated less often costs the PS more than the switch saves it (0.7: +0.004 at 2%, and
-#   61 keys moved without drift).
-# - CONFIDENCE 2.0: a swap must also beat both rates' noise by 2 standard errors (the
-#   estimators' `stderr`: binomial for counted updates, a worker pushing a key at most once
-#   an iteration, Poisson where the source does not say how many workers; Bernoulli for a
-#   hot key's presence; the last paragraph has what binomial changed). Without it the loop
-#   chases noise when nothing drifts (with decay: 277 keys moved per 100 iterations instead
-#   of 40, at equal coverage); 1.8: 0.896 at 2%, 57 moved without drift.
-# What these settings do not change (`bench.hotset_sim --sweep`, both step phases): at a
-# head turnover of 2% per iteration the loop keeps 0.88 of the expected oracle (0.894 and
-# 0.860 by phase), a loop that knew the distribution 0.96. A step's changes land 2-3
-# iterations after the epoch start (a step every 2 iterations, in force one later): those
-# iterations alone cost ~0.05.
-# - Hot keys counted by their presence (Bernoulli steps, the segment's share inverted once),
-#   not by each step's share inverted on its own (0, 1.3 or 8 updates over 2 iterations for
-#   a key at 1 per iteration): a third of the swaps without drift had evicted a steady key
-#   after a change that was not there. With it, in the simulator (seeds 3-8 without drift,
-#   3-5 with, both step phases): 7 nats moved 23.7 keys without drift instead of 45.3, and
-#   kept 0.871 at 2% instead of 0.877; 6 nats 27.7 and 0.878 (0.889 / 0.866 by phase); 5.5
-#   31.3 and 0.879; 5 36.7 and 0.882; 4.5 45.7 and 0.884. In `make run` (embedded, seeds
-#   4-15 without drift, 4-9 at 2%) 6 nats moved 24 keys (median) without drift instead of
-#   44, in 9.8 moving steps per 100 iterations instead of 16.3, and kept 0.882 at
-#   every=11,fraction=0.22 (before: 0.885) and 0.894 at every=10,fraction=0.2 (0.903);
-#   5 and 5.5 nats kept as much within 0.004 and moved 39 and 30 keys. docs/hotset.md.
-# Also tried with ChangeRateEstimator and left out: the hot keys' exact counts instead of presence
-# (fewer moves without drift, 22, but 0.877 at 2%: presence overstates a rare member's
-# rate, which makes its leaving stand out sooner), a binomial variance for counts capped
-# at one per worker and iteration (more moves, less coverage, with a step every 2 iterations;
-# kept now, last paragraph), a lower threshold for a rate
-# that drops to 0 (more moves, no gain), reading the PS's counters every iteration and
-# choosing every 2 (+0.011 averaged over the two step phases, 64-72 moves without drift;
-# with the change test at 9 nats over 12 observations, run when a step reads the rates:
-# 46 moves, and 0.888 and 0.894 by phase in the simulator, but in `make run`, seeds 4-9,
-# 0.886 at every=10 against this loop's 0.904 in the same batch, and 0.877 at
-# every=11,fraction=0.22 against 0.886, for 4.7-6.3 ms of CPU a step against 3.0-3.3), a
-# step every iteration (0.90 at 2%, 97-205 moves without drift). Before it, with decay:
-# margin 0-1 with z 0-3 (best 0.90 at 300+ moves without drift; greedy, no test at all,
-# 0.89), decay 0.3-0.9, resetting a rate on a 2.5-3 sigma jump, a longest-consistent-window
-# estimator, a drift detector that relaxed the noise test (0.894 at 2%, 97 moves without
-# drift).
-# With presence counting (docs/hotset.md, "After an epoch start", which breaks the 2% gap down
-# by iteration and key): a weaker noise test, margin 0.3, a minimum rate of 0.5-0.8, a score
-# test, weaker tests for fresh candidates or against weak members (0.872-0.892 at 2%, 29-241
-# keys moved without drift, against 0.877 and 27.7), and a step every iteration (simulator
-# 0.897; `make run` 0.887 against 0.892 at every=10, 0.2-0.35 ms slower: its steps, ~9 ms of
-# CPU, did not keep the pace, and their Writes landed after the next iteration's pushes).
-# A step every iteration is now the default (runner.HOTSET_EVERY, change_window): the change
-# test became ~4x cheaper at the same results (controller/online.py, ChangeRateEstimator
-# _detect_changes), so a step is ~4 ms of CPU and its Write lands during the next iteration's
-# pushes on the embedded target and before them on BMv2. docs/hotset.md, "A step every
-# iteration", has the batches.
-# The source is the PS's files alone (cold counts, and the hot keys' `collected` presence,
-# PSFrequencySource(collected=True)): every update is counted once, and a step needs no
-# switch read (the 8 tables' hit counters were ~70% of a step's time on the embedded
-# switch); the step's only RPC is its one Write.
-# The noise test's error for a cold key's counts is binomial (a worker pushes a key at most
-# once an iteration: ChangeRateEstimator.stderr) since a step counts one iteration: a key
-# every worker drew in its first iteration no longer waits two steps on Poisson's error of
-# a count of 4. Simulator, lag 1, seeds 3-5: 0.909 at 2% (0.897 before), 0.836 at 4%
-# (0.806), 0.976 without drift with 72 keys moved (0.979, 39); `make run`, seeds 40-45:
-# 0.919 against 0.904 at 2% embedded, 0.929 against 0.917 on BMv2, iteration times as
-# before (docs/hotset.md, "A binomial error for counted updates").
+# The loop's policy is controller/online.py's defaults, which `hotagg-ctl hotkeys auto` shares,
+# tuned with `python -m bench.hotset_sim` on this workload (Zipf 1.1 over 100,000 keys, 4
+# workers x 256 draws) and scored against the expected oracle. Why each setting is what it is
+# (docs/hotset.md; the batches behind each choice are in docs/results/):
+# - ChangeRateEstimator (CHANGE_THRESHOLD nats over CHANGE_WINDOW steps): a key's rate is
+#   the mean of its counts since its rate last changed. A drifting head changes a key's rate
+#   at once and then holds it, so steady keys keep all their counts (the noise test can tell
+#   keys near the boundary apart) and a key that enters or leaves is seen within a few steps.
+# - Hot keys are counted by their presence per iteration (the segment's share, inverted once),
+#   since a member's per-step count is too noisy to invert step by step.
+# - MARGIN and CONFIDENCE: a swap needs 1.6x the weakest member's rate and 2 standard errors
+#   of both rates (binomial for counted updates when the source knows the workers, a worker
+#   pushing a key at most once an iteration; Poisson otherwise; Bernoulli for presence), so
+#   that the set does not chase noise when nothing drifts.
+# - MAX_CHANGES 32: a heavy drift replaces ~30 of the top ~100 keys in one epoch.
+# - MIN_RATE 1.0: the warm-up's rule: a slot is collected every iteration, so a rarer key
+#   costs the PS more control traffic than it saves.
+# - A step every iteration (runner.HOTSET_EVERY) from the PS's files alone (cold counts and
+#   the hot keys' `collected` presence, PSFrequencySource(collected=True)): every update is
+#   counted once, a step needs no switch read, and its only RPC is its one Write.
 
 
 def freq_iterations(path: Path) -> int | None:
