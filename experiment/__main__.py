@@ -76,6 +76,7 @@ def run(cfg: RunConfig) -> int:
         # regime (README)
         rates = sorted({link.bandwidth or 0.0 for link in exp.topology.links})
         config["link_bandwidth_mbps"] = [r or None for r in rates]
+        config["topology_shape"] = report.topology_shape(exp.topology)  # the config line's
         save_config()
         links = ", ".join("unlimited" if not r else f"{r:g} Mbit/s" for r in rates)
         if calibrating:
@@ -171,7 +172,10 @@ def run(cfg: RunConfig) -> int:
             ),
         )
         print(report.comparison_table(summary), flush=True)
-        say(f"results in {run_dir} (runs/latest): summary.json, latency.csv, *.png")
+        say(
+            f"report in {run_dir / 'report.md'} (runs/latest): the table, the verdict, the "
+            "bound and the figures; also summary.json, config.json, latency.csv, *.png"
+        )
         if cfg.keep:
             keep_running(exp)
     finally:

@@ -1,9 +1,16 @@
-"""PNG plots of a run: latency CDFs, PS load per iteration, skew and hot-set coverage,
-the latency dissection, and the offload phase's hot set per iteration against the oracle
-(with the keys moved per re-selection in dynamic mode)."""
+"""PNG plots of a run: each mode's iteration time against the PS-link bound (the headline),
+latency CDFs, PS load per iteration, skew and the hot set, the latency dissection, the
+training loss (lr) and the offload phase's hot set per iteration against the oracle.
+
+Every figure has the same frame (`finish_figure`): a title, the run's configuration shortened
+(experiment.report.short_config), the legend in a row of its own above the axes, where it
+cannot hide data, and a note below them where the figure needs one to be read."""
 
 from __future__ import annotations
 
+import math
+import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -11,166 +18,376 @@ import matplotlib
 matplotlib.use("Agg")  # no display on a test VM or in CI
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.artist import Artist
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from experiment.report import worker_rows
+from experiment.report import short_config, worker_rows
 from experiment.runner import PhaseResult
 from hosts.stats import read_frequency
 
 COLORS = {"server": "tab:red", "offload": "tab:blue"}
 LABELS = {"server": "server-only", "offload": "offload"}
+DPI = 110
+# A linear axis reads better than a log one over less than this ratio of largest to smallest.
+LOG_AXIS_RANGE = 8.0
+
+# What to read from each figure: report.md's caption under it (run and sweep figures).
+CAPTIONS = {
+    "iteration_vs_bound.png": "Each mode's iteration time (bar p50, whisker to p99) beside "
+    "its PS-link bound: in the ps_link regime each bar is within a few percent of its bound, "
+    "and the measured speed-up (title) is close to the bound's.",
+    "latency_cdf.png": "Distribution of iteration, push and pull latency per mode: offload's "
+    "curves lie left of server-only's where the switch answers or the PS link is less "
+    "loaded; the dotted line marks the median.",
+    "ps_load.png": "Worker packets reaching the PS per iteration: offload's line sits below "
+    "by the packets of hot keys that the switch aggregates.",
+    "skew.png": "Warm-up updates per key by rank and their cumulative share: the hot set is "
+    "the head up to the budget or the one-update-per-iteration floor, whichever comes first.",
+    "latency_dissection.png": "Where a request's mean time goes: left, the whole request "
+    "(mostly the network and switch, where offload saves time); right, the PS's queueing "
+    "and service on their own scale.",
+    "loss_curve.png": "Training loss per iteration: the two modes must draw one curve, since "
+    "offload changes where updates are summed, not their result.",
+    "coverage.png": "Share of each iteration's updates the switch summed, against the best "
+    "possible hot set of that size (the oracle); in dynamic mode, keys moved per "
+    "re-selection.",
+    "speedup_vs_bound.png": "Each run's measured p50 speed-up against its PS-link bound: "
+    "faithful points within the shaded band are within 15% of the bound.",
+    "speedup_vs_workers.png": "Measured p50 speed-up (band: the seeds' range) and the "
+    "PS-link bound (dashed) as the workers grow.",
+    "speedup_vs_skew.png": "Measured p50 speed-up (band: the seeds' range) and the PS-link "
+    "bound (dashed) as the skew grows.",
+    "ps_packets.png": "Worker packets reaching the PS per iteration in both modes, by workers "
+    "and skew.",
+    "shards.png": "Iteration p50 of server-only with S PS shards against one PS plus the "
+    "switch: does a switch do what another server would?",
+}
 
 
-def _cdf(ax, values: list[float], mode: str, style: str = "-") -> None:
-    if not values:
-        return
-    xs = np.sort(values)
-    ys = np.arange(1, len(xs) + 1) / len(xs)
-    ax.plot(xs, ys, style, color=COLORS[mode], label=LABELS[mode])
+def _wrap(text: str, fig: Figure, fontsize: float) -> list[str]:
+    """Lines of `text` that fit the figure's width at `fontsize` (about 0.55 em a char)."""
+    width = fig.get_size_inches()[0] * 72 / (0.55 * fontsize)
+    return textwrap.wrap(text, max(int(width), 20)) if text else []
 
 
-def latency_cdfs(path: Path, phases: dict[str, PhaseResult], workers: int) -> None:
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    for ax, kind in zip(axes, ("iteration", "push", "pull")):
+def finish_figure(
+    fig: Figure,
+    path: Path,
+    title: str,
+    config: str,
+    handles: Sequence[Artist] = (),
+    ncol: int = 2,
+    note: str = "",
+    note_color: str = "black",
+) -> None:
+    """The common frame, laid out from the top down in inches so that nothing overlaps:
+    title, configuration, legend row(s); the axes in what is left; a note at the bottom."""
+    _, height = fig.get_size_inches()
+    top = 0.08  # inches used so far from the top
+    title_lines = title.count("\n") + 1
+    fig.text(0.5, 1 - top / height, title, ha="center", va="top", fontsize=11)
+    top += 0.2 * title_lines + 0.04
+    config_lines = _wrap(config, fig, 8)
+    if config_lines:
+        fig.text(0.5, 1 - top / height, "\n".join(config_lines), ha="center", va="top",
+                 fontsize=8, color="0.3")  # fmt: skip
+        top += 0.145 * len(config_lines) + 0.04
+    if handles:
+        ncol = min(ncol, len(handles))
+        fig.legend(
+            handles=list(handles),
+            loc="upper center",
+            bbox_to_anchor=(0.5, 1 - top / height),
+            ncol=ncol,
+            fontsize=8.5,
+            frameon=False,
+            columnspacing=1.5,
+        )
+        top += 0.19 * math.ceil(len(handles) / ncol) + 0.06
+    bottom = 0.0
+    note_lines = _wrap(note, fig, 8)
+    if note_lines:
+        bottom = 0.145 * len(note_lines) + 0.1
+        fig.text(0.01, 0.05 / height, "\n".join(note_lines), ha="left", va="bottom",
+                 fontsize=8, color=note_color)  # fmt: skip
+    fig.tight_layout(rect=(0, bottom / height, 1, 1 - top / height))
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def _latency_axis(ax, values: list[float]) -> None:
+    """Log scale with plain numbers where the values span a wide range, else linear."""
+    positive = [v for v in values if v > 0]
+    if positive and max(positive) / min(positive) > LOG_AXIS_RANGE:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide on short ranges
+
+
+def latency_cdfs(
+    path: Path, phases: dict[str, PhaseResult], workers: int, config: str = ""
+) -> None:
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.4))
+    what = {
+        "iteration": ("iteration time (ms)", "iterations"),
+        "push": ("push: request to acknowledgement (ms)", "pushes"),
+        "pull": ("pull: request to reply (ms)", "pulls"),
+    }
+    for ax, (kind, (xlabel, unit)) in zip(axes, what.items()):
+        shown: list[float] = []
         for mode, phase in phases.items():
-            vals = [
+            values = [
                 float(r["latency_us"]) / 1000
                 for r in worker_rows(phase, workers)
                 if r["kind"] == kind
             ]
-            _cdf(ax, vals, mode)
-        ax.set_xscale("log")
-        # plain numbers, and no labels on minor ticks (they collide on narrow ranges)
-        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel(f"{kind} latency (ms, log)")
-        ax.set_ylabel("fraction")
+            if values:
+                xs = np.sort(values)
+                ys = np.arange(1, len(xs) + 1) / len(xs)
+                ax.plot(xs, ys, color=COLORS[mode], drawstyle="steps-post")
+                shown += values
+        _latency_axis(ax, shown)
+        ax.axhline(0.5, color="0.5", ls=":", lw=0.8)
+        ax.set_xlabel(xlabel + (", log scale" if ax.get_xscale() == "log" else ""))
+        ax.set_ylabel(f"fraction of {unit}")
+        ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right")
-    fig.suptitle("Latency CDFs: server-only vs switch offload")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    handles = [plt.Line2D([], [], color=COLORS[m], label=LABELS[m]) for m in phases]
+    handles.append(plt.Line2D([], [], color="0.5", ls=":", label="median"))
+    finish_figure(fig, path, "Latency CDFs: server-only against switch offload", config, handles, 3)
 
 
 def ps_load(path: Path, summary: dict) -> None:
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    handles = []
     for mode in ("server", "offload"):
         series = summary["modes"][mode]["ps_packets_per_iteration"]
-        ax.plot(
+        mean = float(np.mean(series)) if series else 0.0
+        (line,) = ax.plot(
             range(1, len(series) + 1),
             series,
             marker="o",
             ms=3,
             color=COLORS[mode],
-            label=LABELS[mode],
+            label=f"{LABELS[mode]} (mean {mean:.0f})",
         )
-    ax.set_xlabel("iteration")
+        handles.append(line)
+    ax.set_xlabel("iteration (measured phase)")
     ax.set_ylabel("worker packets reaching the PS")
-    ax.set_ylim(bottom=0)
+    highest = max(summary["modes"]["server"]["ps_packets_per_iteration"], default=1)
+    ax.set_ylim(0, 1.1 * max(highest, 1))
     ax.grid(alpha=0.3)
-    ax.legend()
-    ax.set_title("PS load per iteration")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    finish_figure(fig, path, "PS load per iteration", short_config(summary), handles)
 
 
-def skew(path: Path, freq_files: list[Path], hot: dict) -> None:
+def skew(path: Path, freq_files: list[Path], summary: dict) -> None:
+    """Warm-up updates per key by rank, with what bounds the hot set: the slot budget, and
+    the floor of one update per warm-up iteration (controller/hotset.py choose). The
+    counts stop at workers x warm-up iterations, since a worker pushes a key at most once
+    per iteration (its keys are unique, hosts/workloads.py); the note says both."""
+    hot = summary["hot_set"]
+    config = summary.get("config") or {}
+    warmup = int(config.get("warmup", 5))
+    workers = int(summary.get("workers") or config.get("workers") or 1)
+    budget = int(summary.get("hot_slots") or config.get("hot_slots") or 0)
     counts: dict[int, int] = {}
     for f in freq_files:
         freq = read_frequency(f)
         for key, n in zip(freq.keys.tolist(), freq.updates.tolist()):
             counts[key] = counts.get(key, 0) + n
     ranked = np.array(sorted(counts.values(), reverse=True), dtype=float)
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    fig, ax = plt.subplots(figsize=(7, 5.2))
+    handles: list[Artist] = []
+    n_hot = hot.get("keys", 0)
     if ranked.size:
         ranks = np.arange(1, ranked.size + 1)
-        ax.loglog(ranks, ranked, color="black", lw=1, label="updates per key (warm-up)")
-        cum = np.cumsum(ranked) / ranked.sum()
-        ax2 = ax.twinx()
-        ax2.semilogx(ranks, cum * 100, color="tab:green", lw=1, label="cumulative share (%)")
-        ax2.set_ylabel("cumulative share of updates (%)")
-        ax2.set_ylim(0, 100)
-        n_hot = hot.get("keys", 0)
+        handles += ax.loglog(
+            ranks, ranked, color="black", lw=1.2, label="updates per key (left axis)"
+        )
+        share = ax.twinx()
+        handles += share.semilogx(
+            ranks,
+            100 * np.cumsum(ranked) / ranked.sum(),
+            color="tab:green",
+            lw=1,
+            label="cumulative share of updates (right axis)",
+        )
+        share.set_ylabel("cumulative share of the warm-up's updates (%)")
+        share.set_ylim(0, 100)
+        ceiling = workers * warmup
+        handles.append(
+            ax.axhline(ceiling, color="0.4", ls=":", lw=1, label=f"ceiling: {ceiling} updates")
+        )
+        handles.append(
+            ax.axhline(warmup, color="tab:orange", ls="--", lw=1, label=f"floor: {warmup} updates")
+        )
         if n_hot:
-            ax.axvline(n_hot, color="tab:blue", ls="--")
-            ax.text(
-                n_hot,
-                ranked[0],
-                f" hot set: {n_hot} keys\n cover {hot['coverage']:.1%}",
-                color="tab:blue",
-                va="top",
+            handles.append(
+                ax.axvline(
+                    n_hot,
+                    color="tab:blue",
+                    ls="--",
+                    label=f"hot set: {n_hot} keys, {hot['coverage']:.1%} of updates",
+                )
             )
-    ax.set_xlabel("key rank")
-    ax.set_ylabel("updates")
-    ax.set_title("Update-frequency skew and the hot set")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        if budget and budget != n_hot:
+            handles.append(
+                ax.axvline(
+                    budget, color="tab:purple", ls="-.", lw=1, label=f"budget: {budget} slots"
+                )
+            )
+        ax.set_xlim(0.8, 1.5 * max(ranked.size, budget))
+        ax.set_ylim(0.8, 1.6 * ceiling)
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    seen = hot.get("candidates", ranked.size)
+    ax.set_xlabel(f"key rank by warm-up updates (log; {seen} keys updated)")
+    ax.set_ylabel("updates in the warm-up (log)")
+    ax.grid(alpha=0.3, which="major")
+    why_size = (
+        f"{n_hot} of the {budget} slots hold keys: a key needs {warmup} updates (one per "
+        f"warm-up iteration) to be hot; rarer ones stay on the PS, since a hot slot is "
+        f"collected every iteration (controller/hotset.py choose)."
+        if n_hot < budget
+        else f"The {budget} slots (HOT_SLOTS), not the floor, bound the hot set."
+    )
+    note = (
+        f"The counts stop at {workers * warmup} = {workers} workers \N{MULTIPLICATION SIGN} "
+        f"{warmup} warm-up iterations: a worker pushes a key at most once per iteration. "
+        f"{why_size}"
+    )
+    finish_figure(fig, path, "Update-frequency skew and the hot set (warm-up)",
+            short_config(summary), handles, note=note)  # fmt: skip
 
 
 def dissection(path: Path, summary: dict) -> None:
-    """Mean push and pull latency per mode, split into the PS's queueing, its service and
-    the rest (network and switch), in ms; the PS's part is written above each bar, since in
-    the emulated regime the PS's link, not its CPU, dominates and the PS's segments are
-    thin. A line in the corner says which regime the run was in."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.9), sharey=False)
-    parts = (
-        ("mean_ps_queueing_us", "PS queueing", "tab:orange"),
-        ("mean_ps_service_us", "PS service", "tab:purple"),
-        ("mean_network_and_switch_us", "network + switch", "tab:gray"),
-    )
+    """Mean push and pull latency per mode (the IMC 2020 split), in two panels: left, the
+    whole request, PS and the rest (network and switch) stacked; right, the PS's queueing
+    and service alone on their own scale, thin on the left since in the emulated regime the
+    PS's link, not its CPU, sets the pace. The note says which regime the run was in."""
+    fig, (whole, ps) = plt.subplots(1, 2, figsize=(11, 4.6))
     modes = ("server", "offload")
-    for ax, kind in zip(axes, ("push", "pull")):
-        bottom = np.zeros(2)
-        ms = {
-            key: np.array(
-                [
-                    (summary["modes"][m]["latency_dissection"][kind][key] or 0.0) / 1000
-                    for m in modes
-                ]
-            )
-            for key, _, _ in parts
-        }
-        for key, label, color in parts:
-            ax.bar([LABELS[m] for m in modes], ms[key], bottom=bottom, color=color, label=label)
-            bottom += ms[key]
-        for i in range(len(modes)):
-            ps = ms["mean_ps_queueing_us"][i] + ms["mean_ps_service_us"][i]
-            ax.text(i, bottom[i], f"PS {ps:.2f} ms of {bottom[i]:.2f}", ha="center",
-                    va="bottom", fontsize=8)  # fmt: skip
-        ax.set_ylim(0, 1.18 * max(bottom.max(), 1e-3))
-        ax.set_ylabel(f"mean {kind} latency (ms)")
-        ax.set_title(f"{kind}: where the time goes")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper right", ncol=3, fontsize=8, frameon=False)
+    kinds = ("push", "pull")
+    xs, labels, totals, queue, service, rest, by_switch = [], [], [], [], [], [], []
+    for i, kind in enumerate(kinds):
+        for j, mode in enumerate(modes):
+            d = summary["modes"][mode]["latency_dissection"][kind]
+            xs.append(i * 2.6 + j)
+            labels.append(f"{kind}\n{LABELS[mode]}")
+            totals.append((d["mean_total_us"] or 0.0) / 1000)
+            queue.append((d["mean_ps_queueing_us"] or 0.0) / 1000)
+            service.append((d["mean_ps_service_us"] or 0.0) / 1000)
+            rest.append((d["mean_network_and_switch_us"] or 0.0) / 1000)
+            by_switch.append(d["answered_by_switch"] / d["requests"] if d["requests"] else 0.0)
+    xs_a, queue_a, service_a = np.array(xs), np.array(queue), np.array(service)
+    ps_ms = queue_a + service_a
+    colors = {"queue": "tab:orange", "service": "tab:purple", "rest": "0.55"}
+    whole.bar(xs_a, rest, color=colors["rest"], width=0.8)
+    whole.bar(xs_a, queue_a, bottom=rest, color=colors["queue"], width=0.8)
+    whole.bar(xs_a, service_a, bottom=np.array(rest) + queue_a, color=colors["service"], width=0.8)
+    for x, total, share in zip(xs, totals, by_switch):
+        answered = f"\n{share:.0%} answered\nby the switch" if share else ""
+        whole.text(x, total, f"{total:.2f} ms{answered}", ha="center", va="bottom", fontsize=8)
+    whole.set_ylim(0, 1.3 * max(max(totals), 1e-3))
+    whole.set_ylabel("mean latency per request (ms)")
+    whole.set_title("whole request", fontsize=10)
+    ps.bar(xs_a, queue_a * 1000, color=colors["queue"], width=0.8)
+    ps.bar(xs_a, service_a * 1000, bottom=queue_a * 1000, color=colors["service"], width=0.8)
+    for x, value in zip(xs, ps_ms * 1000):
+        ps.text(x, value, f"{value:.0f} µs", ha="center", va="bottom", fontsize=8)
+    ps.set_ylim(0, 1.2 * max(float(ps_ms.max()) * 1000, 1.0))
+    ps.set_ylabel("mean PS time per request (µs)")
+    ps.set_title("the PS's share, on its own scale", fontsize=10)
+    for ax in (whole, ps):
+        ax.set_xticks(xs, labels, fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+    handles = [
+        Patch(color=colors["rest"], label="network + switch (incl. the PS link's queue)"),
+        Patch(color=colors["queue"], label="PS queueing"),
+        Patch(color=colors["service"], label="PS service"),
+    ]
     fid = summary.get("fidelity") or {}
     if fid.get("warning"):
-        regime, color = f"WARNING, {fid['warning'][:90]}...", "tab:red"
+        regime, color = f"WARNING, {fid['warning']}", "tab:red"
     else:
         regime, color = f"regime: {fid.get('bottleneck', '?')} (both phases)", "black"
-    fig.text(0.01, 0.99, regime, ha="left", va="top", fontsize=8, color=color)
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    note = (
+        f"{regime}. Means over all requests; one the switch answered spends no time at "
+        "the PS (counted 0 on the right)."
+    )
+    finish_figure(fig, path, "Where a request's time goes", short_config(summary), handles, 3,
+            note=note, note_color=color)  # fmt: skip
+
+
+def iteration_vs_bound(path: Path, summary: dict) -> None:
+    """The headline: each mode's iteration time (bar p50, whisker to p99) beside its
+    PS-link bound (experiment/model.py), the speed-ups measured and bound in the title."""
+    model = summary.get("model")
+    modes = ("server", "offload")
+    fig, ax = plt.subplots(figsize=(6.5, 4.6))
+    width = 0.36
+    top = 0.0
+    for i, mode in enumerate(modes):
+        it = summary["modes"][mode]["iteration_ms"]
+        p50, p99 = it["p50"] or 0.0, it["p99"] or it["p50"] or 0.0
+        x = i - width / 2 if model else i
+        ax.bar(x, p50, width, color=COLORS[mode])
+        ax.errorbar(x, p50, yerr=[[0], [max(p99 - p50, 0.0)]], color="black", capsize=5, lw=1)
+        label = f"p50 {p50:.1f}\np99 {p99:.1f}"
+        top = max(top, p99)
+        if model:
+            bound = model[f"{mode}_ms"]
+            above = f"{100 * (p50 / bound - 1):+.1f}% vs bound" if bound else ""
+            label = f"p50 {p50:.1f}\n{above}" if bound else label
+            ax.bar(i + width / 2, bound, width, color="white", edgecolor=COLORS[mode],
+                   hatch="//", lw=1.2)  # fmt: skip
+            ax.text(i + width / 2, bound, f"bound\n{bound:.1f}", ha="center", va="bottom",
+                    fontsize=8)  # fmt: skip
+            top = max(top, bound)
+        ax.text(x, p99, label, ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(modes)), [LABELS[m] for m in modes])
+    ax.set_xlim(-0.6, len(modes) - 0.4)
+    ax.set_ylim(0, 1.3 * max(top, 1e-3))
+    ax.set_ylabel("iteration time (ms)")
+    ax.grid(alpha=0.3, axis="y")
+    handles: list[Artist] = [
+        Patch(facecolor="0.5", label="measured (solid): bar p50, whisker to p99"),
+    ]
+    speedup = (summary.get("speedup") or {}).get("iteration_ms")
+    measured = f"measured {speedup:.2f}x (p50)" if speedup else "measured -"
+    if model:
+        handles.append(
+            Patch(facecolor="white", edgecolor="0.3", hatch="//", label="PS-link bound (hatched)")
+        )
+        title = f"speed-up {measured}, bound {model['speedup']:.2f}x"
+        note = (
+            "Bound: the busier direction of the busiest PS link, in bytes per iteration, over "
+            "its rate (experiment/model.py); percentages are p50 against it."
+        )
+    else:
+        title, note = f"speed-up {measured}", "No PS-link bound: the links have no rate."
+    finish_figure(fig, path, f"Iteration time against the PS-link bound\n{title}",
+            short_config(summary), handles, note=note)  # fmt: skip
 
 
 def loss_curves(path: Path, summary: dict) -> None:
     """Training loss per iteration (lr workload): the two modes must draw the same curve."""
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    handles = []
     for mode, style in (("server", "-"), ("offload", "--")):
         curve = summary["modes"][mode]["loss_curve"]
-        ax.plot(range(1, len(curve) + 1), curve, style, color=COLORS[mode], label=LABELS[mode])
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("mean logistic loss of the workers' batches")
+        handles += ax.plot(
+            range(1, len(curve) + 1), curve, style, color=COLORS[mode], label=LABELS[mode]
+        )
+    ax.set_xlabel("iteration (measured phase)")
+    ax.set_ylabel("mean logistic loss of the minibatches")
     ax.grid(alpha=0.3)
-    ax.legend()
-    ax.set_title("Training loss per iteration, both modes")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    same = "the curves coincide" if summary.get("exact") else "the modes' parameters differ"
+    finish_figure(fig, path, f"Training loss per iteration: {same}", short_config(summary), handles)
 
 
 def _drift_every(drift: str | None) -> int | None:
@@ -180,7 +397,7 @@ def _drift_every(drift: str | None) -> int | None:
     return int(fields["every"]) if float(fields.get("fraction", 0)) > 0 else None
 
 
-def coverage(path: Path, hotset: dict) -> None:
+def coverage(path: Path, hotset: dict, config: str = "") -> None:
     """Achieved coverage per iteration against the hindsight oracle top-B and, where the
     workload knows its popularity, the expected oracle (experiment/hotset.py), the drift's
     epoch starts dotted; in dynamic mode a second panel: keys moved per
@@ -190,7 +407,7 @@ def coverage(path: Path, hotset: dict) -> None:
     dynamic = hotset["mode"] == "dynamic"
     recovery = hotset.get("coverage_ratio_by_epoch_offset")
     heights = [2.0] + [1.0] * dynamic + [1.2] * bool(recovery)
-    fig = plt.figure(figsize=(7, 3.6 if len(heights) == 1 else 2.4 * sum(heights)))
+    fig = plt.figure(figsize=(7.5, 2.0 + 1.5 * sum(heights)))
     grid = fig.add_gridspec(len(heights), 1, height_ratios=heights)
     ax = fig.add_subplot(grid[0])
     panels = [ax]  # the ones that share the iterations axis
@@ -200,25 +417,27 @@ def coverage(path: Path, hotset: dict) -> None:
     its = np.arange(1, len(hotset["coverage"]) + 1)
     oracle = 100 * np.array(hotset["oracle_coverage"])
     achieved = 100 * np.array(hotset["coverage"])
+    handles: list[Artist] = []
     best = f"oracle: best {hotset['budget']} keys of each iteration"
-    ax.plot(its, oracle, color="black", ls="--", lw=1, label=best)
+    handles += ax.plot(its, oracle, color="black", ls="--", lw=1, label=best)
     expected = hotset.get("expected_oracle_coverage")
     if expected and None not in expected:
-        likely = f"expected oracle: the {hotset['budget']} most likely keys of each iteration"
-        ax.plot(its, 100 * np.array(expected), color="gray", ls="-.", lw=1, label=likely)
+        likely = f"expected oracle: the {hotset['budget']} most likely keys"
+        handles += ax.plot(its, 100 * np.array(expected), color="gray", ls="-.", lw=1,
+                           label=likely)  # fmt: skip
     how = ", keys found by the switch's sketch" if hotset.get("source") == "switch" else ""
     mine = f"achieved: summed in the switch ({hotset['mode']}{how})"
-    ax.plot(its, achieved, marker="o", ms=3, color=COLORS["offload"], label=mine)
+    handles += ax.plot(its, achieved, marker="o", ms=3, color=COLORS["offload"], label=mine)
     every = _drift_every(hotset.get("drift"))
     if every:
         for t in range(every + 1, len(its) + 1, every):
             for a in panels:
                 a.axvline(t - 0.5, color="gray", ls=":", lw=0.8)
+        handles.append(plt.Line2D([], [], color="gray", ls=":", lw=0.8, label="drift epoch start"))
     ax.set_ylabel("share of the iteration's updates (%)")
-    # from 0, so that the lines' distances read as shares; room above for the legend
-    ax.set_ylim(0, min(100.0, 1.4 * max(float(oracle.max(initial=0.0)), 1.0)))
+    # from 0, so that the lines' distances read as shares
+    ax.set_ylim(0, min(100.0, 1.15 * max(float(oracle.max(initial=0.0)), 1.0)))
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower left", fontsize=8)
     ratio = hotset.get("coverage_ratio")
     title = f"Hot-set coverage per iteration: {hotset['mode']}"
     title += f", drift {hotset['drift']}" if hotset.get("drift") else ", no drift"
@@ -227,44 +446,55 @@ def coverage(path: Path, hotset: dict) -> None:
         title += f"\nmean {mean:.1f}% of updates, {100 * ratio:.0f}% of the oracle's"
         if hotset.get("coverage_ratio_expected") is not None:
             title += f", {100 * hotset['coverage_ratio_expected']:.0f}% of the expected one"
-    ax.set_title(title, fontsize=10)
     if dynamic:
         mv = panels[1]
         moves = [m for m in hotset["moves"] if m["iteration"] is not None]
         x = [m["iteration"] for m in moves]
-        mv.bar(x, [m["added"] for m in moves], color="tab:green", label="entered")
-        mv.bar(x, [-m["removed"] for m in moves], color="tab:red", label="left")
+        handles.append(mv.bar(x, [m["added"] for m in moves], color="tab:green",
+                              label="keys entered per re-selection"))  # fmt: skip
+        handles.append(mv.bar(x, [-m["removed"] for m in moves], color="tab:red",
+                              label="keys left per re-selection"))  # fmt: skip
         mv.axhline(0, color="black", lw=0.8)
-        mv.set_ylabel("keys per re-selection")
+        mv.set_ylabel("keys moved\n(in up, out down)")
         mv.grid(alpha=0.3)
-        mv.legend(loc="upper right", fontsize=8)
     panels[-1].set_xlabel("iteration (offload phase)")
     if recovery:
         rec = fig.add_subplot(grid[-1])
         offsets = np.arange(len(recovery))
         values = [np.nan if v is None else v for v in recovery]
         rec.bar(offsets, values, color=COLORS["offload"], alpha=0.8)
-        rec.axhline(0.9, color="black", ls=":", lw=1, label="90% of the expected oracle")
+        handles.append(rec.axhline(0.9, color="black", ls=":", lw=1,
+                                   label="90% of the expected oracle"))  # fmt: skip
         rec.set_xticks(offsets)
         rec.set_xlabel("iteration since an epoch start (epochs after the first, pooled)")
-        rec.set_ylabel("coverage / expected")
+        rec.set_ylabel("coverage /\nexpected oracle")
         rec.set_ylim(0, 1.05)
         rec.grid(alpha=0.3, axis="y")
-        rec.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    finish_figure(fig, path, title, config, handles, ncol=2)
 
 
-def make_plots(run_dir: Path, summary: dict, phases: dict[str, PhaseResult], workers: int) -> None:
-    measured = {m: phases[m] for m in ("server", "offload")}
-    latency_cdfs(run_dir / "latency_cdf.png", measured, workers)
-    ps_load(run_dir / "ps_load.png", summary)
+def make_plots(
+    run_dir: Path, summary: dict, phases: dict[str, PhaseResult], workers: int
+) -> list[tuple[str, str]]:
+    """Every figure of a run, headline first; returns (file name, what to read) pairs."""
+    config = short_config(summary)
+    made = ["iteration_vs_bound.png"]
+    iteration_vs_bound(run_dir / made[-1], summary)
+    made.append("latency_cdf.png")
+    latency_cdfs(run_dir / made[-1], {m: phases[m] for m in ("server", "offload")}, workers,
+                 config)  # fmt: skip
+    made.append("ps_load.png")
+    ps_load(run_dir / made[-1], summary)
+    made.append("latency_dissection.png")
+    dissection(run_dir / made[-1], summary)
     warm = phases.get("warmup")
     if warm is not None:
-        skew(run_dir / "skew.png", sorted(warm.dir.glob("freq*.csv")), summary["hot_set"])
-    dissection(run_dir / "latency_dissection.png", summary)
+        made.append("skew.png")
+        skew(run_dir / made[-1], sorted(warm.dir.glob("freq*.csv")), summary)
     if all("loss_curve" in summary["modes"][m] for m in ("server", "offload")):
-        loss_curves(run_dir / "loss_curve.png", summary)
+        made.append("loss_curve.png")
+        loss_curves(run_dir / made[-1], summary)
     if summary.get("hotset"):
-        coverage(run_dir / "coverage.png", summary["hotset"])
+        made.append("coverage.png")
+        coverage(run_dir / made[-1], summary["hotset"], config)
+    return [(name, CAPTIONS[name]) for name in made]

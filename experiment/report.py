@@ -1,17 +1,22 @@
-"""Turns a run's logs into summary.json, latency.csv, plots and the comparison table."""
+"""Turns a run's logs into summary.json, latency.csv, plots, the comparison table and
+report.md."""
 
 from __future__ import annotations
 
 import csv
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from experiment import fidelity
-from experiment.runner import PhaseResult
+from experiment.runner import PhaseResult, RunConfig, trace_path
 from hosts import stats
+
+if TYPE_CHECKING:
+    from topologies.topology import Topology
 
 WORKER_REQUESTS = ("PUSH", "PULL", "DONE")
 
@@ -184,7 +189,161 @@ def regime_hint(summary: dict) -> str | None:
     return f"BW=auto (make run's default), which picks the rate by a calibration, or {lower}"
 
 
-def comparison_table(summary: dict) -> str:
+@dataclass(frozen=True)
+class ConfigPart:
+    """One item of the configuration line: its text in the table and report, and a short
+    one for figure titles."""
+
+    name: str
+    text: str
+    short: str
+
+
+def _config(summary: dict) -> dict[str, Any]:
+    """The run's configuration: config.json's fields, over summary.json's top level."""
+    return {**summary, **(summary.get("config") or {})}
+
+
+def topology_shape(topology: Topology) -> str:
+    """What the topology is, for the config line: a star (one switch) or how many switches,
+    and the PS shards where there are several."""
+    switches = len(topology.switches)
+    shape = "star" if switches == 1 else f"{switches} switches"
+    shards = len(topology.parameter_servers)
+    return shape + (f", {shards} PS shards" if shards > 1 else "")
+
+
+def _mbps(rates: list[float | None]) -> str:
+    limited = sorted({r for r in rates if r})
+    text = " and ".join(f"{r:g}" for r in limited) + " Mbit/s" if limited else ""
+    if None in rates or not rates:
+        text += " and unlimited" if text else "unlimited"
+    return text
+
+
+def links_part(config: dict[str, Any]) -> ConfigPart:
+    """The link rate and how it was chosen: BW=auto's calibration, BW=N, or the topology's."""
+    rates = config.get("link_bandwidth_mbps") or []
+    bw = config.get("bw")
+    if bw == "auto":
+        auto = config.get("bw_auto") or {}
+        if not auto:  # the run stopped before the calibration ended
+            how = "BW=auto: not calibrated"
+        elif any(t.get("saturated") for t in auto.get("trials", [])):
+            how = "BW=auto: calibrated, highest rate at which the PS link saturated in both modes"
+        else:
+            how = "BW=auto: calibrated, no rate tried saturated the PS link, so the lowest"
+        short = "BW=auto"
+    elif bw is not None:
+        how, short = f"BW={bw:g}: set", f"BW={bw:g}"
+    else:
+        how, short = "the topology's own", "topology's"
+    return ConfigPart("links", f"links {_mbps(rates)} ({how})", f"{_mbps(rates)} ({short})")
+
+
+def workload_part(config: dict[str, Any]) -> ConfigPart:
+    name = config.get("workload", "zipf")
+    keys = config.get("keys", RunConfig.keys)
+    if name == "trace":
+        trace = trace_path(RunConfig(extra_workload_args=config.get("extra_workload_args", [])))
+        shown = Path(trace).name if trace else "?"
+        return ConfigPart("workload", f"trace workload ({shown}, {keys} keys)", f"trace {shown}")
+    detail = f"skew {config.get('skew', RunConfig.skew):g}, {keys} keys"
+    per_iter = config.get("keys_per_iter", RunConfig.keys_per_iter)
+    if name == "zipf" and per_iter != RunConfig.keys_per_iter:
+        detail += f", {per_iter} draws per worker and iteration"
+    return ConfigPart(
+        "workload",
+        f"{name} workload ({detail})",
+        f"{name} skew {config.get('skew', RunConfig.skew):g}",
+    )
+
+
+def config_parts(summary: dict) -> list[ConfigPart]:
+    """The configuration line's items, in its order; the ones at their defaults (hot set,
+    drift, loss, slots) are left out."""
+    config = _config(summary)
+    target = config.get("target", "?")
+    binary = config.get("bmv2_binary")
+    topology = Path(str(config.get("topo") or config.get("topology") or "?")).name
+    shape = config.get("topology_shape")
+    parts = [
+        ConfigPart(
+            "target",
+            f"{target} target" + (f" ({binary})" if binary else ""),
+            target + (f" ({binary})" if binary else ""),
+        ),
+        ConfigPart("topology", f"topology {topology}" + (f" ({shape})" if shape else ""), topology),
+        ConfigPart("workers", f"{config.get('workers', '?')} workers", ""),
+        ConfigPart("iterations", f"{config.get('iterations', '?')} iterations", ""),
+        workload_part(config),
+        links_part(config),
+        ConfigPart("seed", f"seed {config.get('seed', '?')}", ""),
+    ]
+    slots = config.get("hot_slots", RunConfig.hot_slots)
+    if slots != RunConfig.hot_slots:
+        parts.append(ConfigPart("hot_slots", f"{slots} hot slots", ""))
+    if config.get("hotset", RunConfig.hotset) != RunConfig.hotset:
+        every = config.get("hotset_every")
+        source = "the switch" if config.get("hotset_source") == "switch" else "the PS's counters"
+        pace = f"every {every} iteration{'s' if every != 1 else ''}, " if every else ""
+        parts.append(
+            ConfigPart(
+                "hotset",
+                f"{config['hotset']} hot set ({pace}from {source})",
+                f"{config['hotset']} hot set",
+            )
+        )
+    if config.get("drift"):
+        parts.append(ConfigPart("drift", f"drift {config['drift']}", ""))
+    if config.get("loss"):
+        parts.append(ConfigPart("loss", f"loss {config['loss']:g}", ""))
+    return parts
+
+
+def join_config(parts: list[ConfigPart], short: bool = False) -> str:
+    """The configuration line of `parts` (a run's, or a sweep's grid), or its short form."""
+    if short:
+        return ", ".join(p.short or p.text for p in parts)
+    return "config: " + ", ".join(p.text for p in parts)
+
+
+def config_line(summary: dict) -> str:
+    """The one line that says what ran: target (and BMv2 binary), topology, workers,
+    iterations, workload, the link rate and how it was chosen, the seed, then HOT_SLOTS,
+    HOTSET, DRIFT and LOSS where not at their defaults."""
+    return join_config(config_parts(summary))
+
+
+def short_config(summary: dict) -> str:
+    """The configuration line shortened for a figure's title."""
+    return join_config(config_parts(summary), short=True)
+
+
+def verdict_lines(summary: dict) -> list[str]:
+    """The fidelity verdict: the regime, or the WARNING and what to try."""
+    fid = summary.get("fidelity") or {}
+    if fid.get("warning"):
+        lines = [f"WARNING, {fid['warning']}"]
+        if hint := regime_hint(summary):
+            lines.append(f"what to try: {hint}")
+        return lines
+    if fid.get("bottleneck"):
+        return [f"regime: {fid['bottleneck']} (both phases network-bound, as emulated)"]
+    return []
+
+
+def bound_line(summary: dict) -> str | None:
+    m = summary.get("model")
+    if not m:
+        return None
+    return (
+        f"PS-link bound: {m['server_ms']:.2f} ms server-only, {m['offload_ms']:.2f} ms "
+        f"offload, {m['speedup']:.2f}x (experiment/model.py)"
+    )
+
+
+def comparison_table(summary: dict, with_config: bool = True) -> str:
     s, o = summary["modes"]["server"], summary["modes"]["offload"]
 
     def row(label: str, a: float | None, b: float | None, fmt: str = "{:.2f}") -> str:
@@ -193,7 +352,8 @@ def comparison_table(summary: dict) -> str:
         fb = fmt.format(b) if b is not None else "-"
         return f"  {label:26s} {fa:>12s} {fb:>12s} {ratio:>9s}"
 
-    lines = [f"  {'':26s} {'server-only':>12s} {'offload':>12s} {'server/off':>9s}"]
+    lines = [config_line(summary)] if with_config else []
+    lines.append(f"  {'':26s} {'server-only':>12s} {'offload':>12s} {'server/off':>9s}")
     for key, label in (("iteration_ms", "iteration"), ("push_ms", "push"), ("pull_ms", "pull")):
         for q in ("p50", "p99"):
             lines.append(row(f"{label} {q} (ms)", s[key][q], o[key][q]))
@@ -210,20 +370,81 @@ def comparison_table(summary: dict) -> str:
 
         lines.append(table_line(summary["hotset"]))
     lines.append(f"  exact: {summary['exact']}  ({summary['params_sha256']['offload'][:16]}...)")
-    if summary.get("model"):
-        m = summary["model"]
-        lines.append(
-            f"  PS-link bound: {m['server_ms']:.2f} ms server-only, {m['offload_ms']:.2f} ms "
-            f"offload, {m['speedup']:.2f}x (experiment/model.py)"
-        )
-    fid = summary.get("fidelity") or {}
-    if fid.get("warning"):
-        lines.append(f"  WARNING, {fid['warning']}")
-        if hint := regime_hint(summary):
-            lines.append(f"  what to try: {hint}")
-    elif fid.get("bottleneck"):
-        lines.append(f"  regime: {fid['bottleneck']} (both phases network-bound, as emulated)")
+    if bound := bound_line(summary):
+        lines.append(f"  {bound}")
+    lines += [f"  {line}" for line in verdict_lines(summary)]
     return "\n".join(lines)
+
+
+def bound_comparison(summary: dict) -> list[str]:
+    """The PS-link bound beside what was measured (report.md's paragraph)."""
+    m = summary.get("model")
+    if not m:
+        return [
+            "No PS-link bound: a link has no rate (the topology's links are unlimited); "
+            "BW=N or BW=auto gives the links a rate and the run a bound."
+        ]
+    modes = summary["modes"]
+    measured = []
+    for mode, label in (("server", "server-only"), ("offload", "offload")):
+        p50, bound = modes[mode]["iteration_ms"]["p50"], m[f"{mode}_ms"]
+        above = f" ({100 * (p50 / bound - 1):+.1f}% vs the bound)" if p50 and bound else ""
+        measured.append(f"{label} {p50:.2f} ms{above}")
+    speedup = (summary.get("speedup") or {}).get("iteration_ms")
+    return [
+        f"{bound_line(summary)}.",
+        "",
+        f"Measured iteration p50: {', '.join(measured)}; speed-up "
+        + (f"{speedup:.2f}x" if speedup else "-")
+        + f" against the bound's {m['speedup']:.2f}x.",
+        "",
+        "The bound is the busier direction of the busiest PS link, in bytes per iteration, "
+        "over its rate. Compute, the barrier's round trips and retransmissions come on top, "
+        "so a run in the ps_link regime sits close to it, most often a little above.",
+    ]
+
+
+def figure_markdown(figures: list[tuple[str, str]]) -> list[str]:
+    """Markdown images, each with its one-line "what to read" caption."""
+    lines: list[str] = []
+    for name, caption in figures:
+        lines += [f"![{name}]({name})", "", f"*{caption}*", ""]
+    return lines
+
+
+def write_markdown(run_dir: Path, summary: dict, figures: list[tuple[str, str]]) -> Path:
+    """runs/<id>/report.md: the configuration, the table as printed, the fidelity verdict,
+    the PS-link bound and the figures, each with what to read from it."""
+    verdict = verdict_lines(summary) or ["no fidelity verdict (no measured phase had one)"]
+    details = (summary.get("fidelity") or {}).get("details") or {}
+    lines = [
+        f"# Run {run_dir.name}",
+        "",
+        config_line(summary),
+        "",
+        "```text",
+        comparison_table(summary, with_config=False),
+        "```",
+        "",
+        "## Fidelity",
+        "",
+        *(f"{line}\n" for line in verdict),
+        *(f"- {phase}: {v['bottleneck']}, {v['why']}" for phase, v in details.items()),
+        "",
+        "## PS-link bound",
+        "",
+        *bound_comparison(summary),
+        "",
+        "## Figures",
+        "",
+        *figure_markdown(figures),
+        "Files: config.json (the options), summary.json (every number above), latency.csv "
+        "(one row per request), and each phase's logs in its folder.",
+        "",
+    ]
+    path = run_dir / "report.md"
+    path.write_text("\n".join(lines))
+    return path
 
 
 def build(
@@ -279,5 +500,5 @@ def build(
     (run_dir / "summary.json").write_text(stats.dumps_strict(summary, indent=2) + "\n")
     from experiment.plots import make_plots
 
-    make_plots(run_dir, summary, phases, workers)
+    write_markdown(run_dir, summary, make_plots(run_dir, summary, phases, workers))
     return summary

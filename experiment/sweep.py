@@ -12,12 +12,15 @@ S PS shards), so each point is exactly what `make run` would measure. sweeps/<id
 - runs/: every run's directory, as make run writes it;
 - results.csv: one row per run, every field of its summary.json flattened (a.b.c columns),
   plus the point's parameters and the model's bound;
-- speedup_vs_workers.png, speedup_vs_skew.png: measured iteration p50 speed-up (mean over
-  seeds, the band spanning the seeds) and the model's bound (dashed), configuration in the
-  title; ps_packets.png: PS packets per iteration of both modes; shards.png where --shards
-  has 2 or more: server-only with S PS shards against one PS plus the switch;
-- report.md: the table and the plots, and for every faithful point whether the measured
-  speed-up is within 15% of the model.
+- speedup_vs_bound.png: each run's measured iteration p50 speed-up against the model's
+  bound, the y = x diagonal and the 15% band; speedup_vs_workers.png, speedup_vs_skew.png:
+  measured speed-up (mean over seeds, the band spanning the seeds) and the model's bound
+  (dashed); ps_packets.png: PS packets per iteration of both modes; shards.png where
+  --shards has 2 or more: server-only with S PS shards against one PS plus the switch;
+  every figure titled with the grid's configuration line;
+- report.md, built as a run's: the grid's configuration line, the table, the fidelity
+  verdicts (for every faithful point whether the measured speed-up is within 15% of the
+  model, what to try for the others) and the figures with what to read from each.
 """
 
 from __future__ import annotations
@@ -31,10 +34,13 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from experiment.report import ConfigPart, config_parts, join_config
 from experiment.runner import PreflightError
 from topologies.switches import REPO_ROOT
 
@@ -281,49 +287,145 @@ def _series(
     return out
 
 
-def _title(rows: list[dict[str, Any]], varying: Iterable[str], iterations: int) -> str:
-    fixed = []
-    for key, name in (
-        ("point.hot_slots", "HOT_SLOTS"),
-        ("point.loss", "LOSS"),
-        ("point.bw", "BW"),
-        ("point.shards", "shards"),
-        ("point.skew", "SKEW"),
-        ("point.workers", "WORKERS"),
-    ):
-        values = sorted({r[key] for r in rows})
-        if key not in varying and len(values) == 1:
-            fixed.append(f"{name}={values[0]:g}")
-    seeds = sorted({r["point.seed"] for r in rows})
-    target = rows[0].get("target", "")
-    seed_list = ",".join(map(str, seeds))
-    return f"{target}, {iterations} iterations, seeds {seed_list}\n" + " ".join(fixed)
+def _values(points: Iterable[Point], attr: str) -> str:
+    return ",".join(f"{v:g}" for v in sorted({getattr(p, attr) for p in points}))
 
 
-def plot(rows: list[dict[str, Any]], out: Path, iterations: int) -> list[str]:
-    """The sweep's figures; returns their file names."""
+def grid_config(summaries: list[dict], points: list[Point]) -> list[ConfigPart]:
+    """The sweep's configuration line, as a run's (experiment.report.config_parts): the items
+    every run shares as they are, the ones the grid varies as their lists of values."""
+    per_run = [{part.name: part for part in config_parts(s)} for s in summaries]
+    names: list[str] = []
+    for parts in per_run:
+        names += [n for n in parts if n not in names]
+    first = per_run[0] if per_run else {}
+    config = (summaries[0].get("config") or {}) if summaries else {}
+    shards = ":S" if any(p.shards > 1 for p in points) else ""
+    workload = f"{config.get('workload', 'zipf')} workload"
+    bws = _values(points, "bw")
+    grid = {
+        "topology": ConfigPart(
+            "topology", f"topology star:W{shards} (a generated star per point)", f"star:W{shards}"
+        ),
+        "workers": ConfigPart("workers", f"workers {_values(points, 'workers')}", ""),
+        "workload": ConfigPart(
+            "workload",
+            f"{workload} (skew {_values(points, 'skew')}, {config.get('keys', '?')} keys)",
+            f"{config.get('workload', 'zipf')} skew {_values(points, 'skew')}",
+        ),
+        "links": ConfigPart(
+            "links", f"links {bws} Mbit/s (BW={bws}: set)", f"{bws} Mbit/s (BW={bws})"
+        ),
+        "hot_slots": ConfigPart("hot_slots", f"hot slots {_values(points, 'hot_slots')}", ""),
+        "loss": ConfigPart("loss", f"loss {_values(points, 'loss')}", ""),
+        "seed": ConfigPart("seed", f"seeds {_values(points, 'seed')}", ""),
+    }
+    merged = []
+    for name in names:
+        texts = {parts[name].text if name in parts else None for parts in per_run}
+        if name == "seed" or len(texts) > 1:
+            merged.append(grid.get(name, ConfigPart(name, f"{name} varies", "")))
+        else:
+            merged.append(first.get(name) or next(p[name] for p in per_run if name in p))
+    return merged
+
+
+def speedup_vs_bound(rows: list[dict[str, Any]], path: Path, config: str) -> None:
+    """Each run's measured iteration p50 speed-up against its PS-link bound: the y = x
+    diagonal and the +-MODEL_TOLERANCE band around it; faithful runs filled, the others
+    hollow; colour by workers, marker by skew."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    from experiment.plots import finish_figure
+
+    fig, ax = plt.subplots(figsize=(6.5, 5.6))
+    shown = [r for r in rows if r["measured_speedup"] and r["model_speedup"]]
+    values = [v for r in shown for v in (r["measured_speedup"], r["model_speedup"])] or [1.0]
+    low, high = min(1.0, min(values)) * 0.95, max(values) * 1.08
+    line = np.array([low, high])
+    ax.fill_between(line, line * (1 - MODEL_TOLERANCE), line * (1 + MODEL_TOLERANCE),
+                    color="0.85", lw=0)  # fmt: skip
+    ax.plot(line, line, color="black", lw=1)
+    workers = sorted({r["point.workers"] for r in shown})
+    skews = sorted({r["point.skew"] for r in shown})
+    markers = "osD^vP*X"
+    for r in shown:
+        color = f"C{workers.index(r['point.workers']) % 10}"
+        marker = markers[skews.index(r["point.skew"]) % len(markers)]
+        ax.plot(r["model_speedup"], r["measured_speedup"], marker, ms=7, color=color,
+                mfc=color if r["faithful"] else "none", mew=1.5)  # fmt: skip
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    ax.set_aspect("equal")
+    ax.set_xlabel("PS-link bound's speed-up (experiment/model.py)")
+    ax.set_ylabel("measured iteration p50 speed-up (server-only / offload)")
+    ax.grid(alpha=0.3)
+    handles = [
+        plt.Line2D([], [], color="black", lw=1, label="measured = bound"),
+        Patch(color="0.85", label=f"within {MODEL_TOLERANCE:.0%} of the bound"),
+        *(
+            plt.Line2D([], [], ls="", marker="s", color=f"C{i % 10}", label=f"{w} workers")
+            for i, w in enumerate(workers)
+        ),
+        *(
+            plt.Line2D(
+                [], [], ls="", marker=markers[i % len(markers)], color="0.3", label=f"skew {s:g}"
+            )
+            for i, s in enumerate(skews)
+        ),
+        plt.Line2D([], [], ls="", marker="o", color="0.3", label="faithful (filled)"),
+        plt.Line2D(
+            [], [], ls="", marker="o", color="0.3", mfc="none", label="not network-bound (hollow)"
+        ),
+    ]
+    faithful = [r for r in shown if r["faithful"]]
+    close = [r for r in faithful if abs(r["model_error"]) <= MODEL_TOLERANCE]
+    title = (
+        "Measured speed-up against the PS-link bound\n"
+        f"{len(close)} of {len(faithful)} faithful runs within {MODEL_TOLERANCE:.0%}"
+        f" ({len(rows)} runs)"
+    )
+    finish_figure(fig, path, title, config, handles, ncol=3)
+
+
+def _grid_ticks(ax: Any, rows: list[dict[str, Any]], column: str) -> None:
+    """Ticks at the grid's values, and only there."""
+    values = sorted({r[column] for r in rows})
+    ax.set_xticks(values, [f"{v:g}" for v in values])
+
+
+def plot(rows: list[dict[str, Any]], out: Path, config: str = "") -> list[str]:
+    """The sweep's figures, headline first; returns their file names. `config`: the grid's
+    configuration line, short (grid_config), in every title."""
     import matplotlib
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # no display on a test VM or in CI
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
-    made = []
+    from experiment.plots import finish_figure
+
+    made = ["speedup_vs_bound.png"]
+    speedup_vs_bound(rows, out / made[0], config)
     one_ps = [r for r in rows if r["point.shards"] == 1]
     for x, group, name, xlabel in (
         ("point.workers", "point.skew", "speedup_vs_workers.png", "workers"),
         ("point.skew", "point.workers", "speedup_vs_skew.png", "Zipf skew"),
     ):
+
+        def named(value: float, group: str = group) -> str:
+            return f"skew {value:g}" if group == "point.skew" else f"{value:g} workers"
+
         if len({r[x] for r in one_ps}) < 2:
             continue
-        fig, ax = plt.subplots(figsize=(7, 4.2))
+        fig, ax = plt.subplots(figsize=(7, 4.8))
         measured = _series(one_ps, x, group, lambda r: r["measured_speedup"])
         model = _series(one_ps, x, group, lambda r: r["model_speedup"])
         for i, key in enumerate(sorted(measured)):
             color = f"C{i}"
             xs = sorted(measured[key])
             mean = [sum(measured[key][v]) / len(measured[key][v]) for v in xs]
-            ax.plot(xs, mean, "o-", color=color, label=f"measured, {group[6:]}={key:g}")
+            ax.plot(xs, mean, "o-", color=color, label=f"measured, {named(key)}")
             ax.fill_between(
                 xs,
                 [min(measured[key][v]) for v in xs],
@@ -341,21 +443,19 @@ def plot(rows: list[dict[str, Any]], out: Path, iterations: int) -> list[str]:
             bx = sorted(model.get(key, {}))
             if bx:
                 by = [sum(model[key][v]) / len(model[key][v]) for v in bx]
-                ax.plot(bx, by, "--", color=color, label=f"PS-link bound, {group[6:]}={key:g}")
-        ax.plot([], [], "x", color="grey", label="run not network-bound (fidelity)")
+                ax.plot(bx, by, "--", color=color, label=f"PS-link bound, {named(key)}")
+        if not all(r["faithful"] for r in one_ps):
+            ax.plot([], [], "x", color="grey", label="run not network-bound (fidelity)")
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xlabel(xlabel)
-        if x == "point.workers":
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _grid_ticks(ax, one_ps, x)
         ax.set_ylabel("iteration p50 speed-up (server-only / offload)")
-        ax.set_title(_title(one_ps, (x, group), iterations), fontsize=9)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=120)
-        plt.close(fig)
+        ax.grid(alpha=0.3)
+        handles, _ = ax.get_legend_handles_labels()
+        finish_figure(fig, out / name, f"Speed-up by {xlabel}", config, handles)
         made.append(name)
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=(7, 4.8))
     for mode, style in (("server", "o-"), ("offload", "s-")):
         per_iter = _series(
             one_ps,
@@ -366,20 +466,20 @@ def plot(rows: list[dict[str, Any]], out: Path, iterations: int) -> list[str]:
         for i, key in enumerate(sorted(per_iter)):
             xs = sorted(per_iter[key])
             ys = [sum(per_iter[key][v]) / len(per_iter[key][v]) for v in xs]
-            ax.plot(xs, ys, style, color=f"C{i}", label=f"{mode}, skew={key:g}")
+            label = f"{'server-only' if mode == 'server' else mode}, skew {key:g}"
+            ax.plot(xs, ys, style, color=f"C{i}", label=label)
     ax.set_xlabel("workers")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _grid_ticks(ax, one_ps, "point.workers")
     ax.set_ylabel("worker packets reaching the PS per iteration")
-    ax.set_title(_title(one_ps, ("point.workers", "point.skew"), iterations), fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "ps_packets.png", dpi=120)
-    plt.close(fig)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    handles, _ = ax.get_legend_handles_labels()
+    finish_figure(fig, out / "ps_packets.png", "PS load by number of workers", config, handles)
     made.append("ps_packets.png")
 
     shard_counts = sorted({r["point.shards"] for r in rows})
     if len(shard_counts) > 1:
-        fig, ax = plt.subplots(figsize=(7, 4.2))
+        fig, ax = plt.subplots(figsize=(7, 4.8))
         for i, shards in enumerate(shard_counts):
             sel = [r for r in rows if r["point.shards"] == shards]
             for mode, style in (("server", "o-"), ("offload", "s--")):
@@ -397,16 +497,13 @@ def plot(rows: list[dict[str, Any]], out: Path, iterations: int) -> list[str]:
                     xs, [sum(ys[v]) / len(ys[v]) for v in xs], style, color=f"C{i}", label=label
                 )
         ax.set_xlabel("workers")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _grid_ticks(ax, rows, "point.workers")
         ax.set_ylabel("iteration p50 (ms)")
-        ax.set_title(
-            "a switch or another server? " + _title(rows, ("point.workers",), iterations),
-            fontsize=9,
-        )
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / "shards.png", dpi=120)
-        plt.close(fig)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        handles, _ = ax.get_legend_handles_labels()
+        title = "A switch or another server? Iteration time by workers"
+        finish_figure(fig, out / "shards.png", title, config, handles)
         made.append("shards.png")
     return made
 
@@ -451,13 +548,29 @@ def spread_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def report(out: Path, rows: list[dict[str, Any]], figures: list[str], failed: list[str]) -> None:
-    lines = [f"# Sweep {out.name}", "", "One row per run (runs/ has each run's own report).", ""]
-    lines.append(
+def report(
+    out: Path,
+    rows: list[dict[str, Any]],
+    figures: list[str],
+    failed: list[str],
+    summaries: list[dict],
+    config: str = "",
+) -> Path:
+    """sweeps/<id>/report.md, built as a run's (experiment/report.py): the grid's
+    configuration line, the table, the fidelity verdicts, the figures with what to read."""
+    from experiment.plots import CAPTIONS
+    from experiment.report import figure_markdown, verdict_lines
+
+    lines = [f"# Sweep {out.name}", ""]
+    if config:
+        lines += [config, ""]
+    lines += [
+        "One row per run (runs/ has each run's own report.md).",
+        "",
         "| workers | skew | slots | loss | bw | shards | seed | p50 speed-up | bound | "
-        "within 15% | regime | exact |"
-    )
-    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        "within 15% | regime | exact |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         err = r["model_error"]
         within = "-" if err is None else ("yes" if abs(err) <= MODEL_TOLERANCE else "no")
@@ -474,16 +587,35 @@ def report(out: Path, rows: list[dict[str, Any]], figures: list[str], failed: li
     close = [r for r in faithful if abs(r["model_error"]) <= MODEL_TOLERANCE]
     lines += [
         "",
+        "## Fidelity and the PS-link bound",
+        "",
         f"Faithful points within {MODEL_TOLERANCE:.0%} of the PS-link bound: "
         f"{len(close)} of {len(faithful)} (of {len(rows)} runs).",
         "",
     ]
+    unfaithful = [
+        (_label(r), verdict_lines(s)) for r, s in zip(rows, summaries) if not r["faithful"]
+    ]
+    if unfaithful:
+        lines += ["Runs that were not network-bound (their numbers measure this machine):", ""]
+        lines += [f"- {label}: {'; '.join(verdict)}" for label, verdict in unfaithful]
+    else:
+        lines.append("Every run was in the ps_link regime (network-bound, as emulated).")
+    lines.append("")
     if failed:
         lines += ["Runs that failed (sweep.log says why):", ""]
         lines += [f"- {p}" for p in failed] + [""]
-    for name in figures:
-        lines += [f"![{name}]({name})", ""]
-    (out / "report.md").write_text("\n".join(lines))
+    if figures:
+        lines += ["## Figures", ""]
+        lines += figure_markdown([(name, CAPTIONS.get(name, "")) for name in figures])
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _label(row: dict[str, Any]) -> str:
+    """A row's point, as Point.label() names it."""
+    return Point(*(row[f"point.{f.name}"] for f in fields(Point))).label()
 
 
 def main(args: argparse.Namespace) -> int:
@@ -502,7 +634,9 @@ def main(args: argparse.Namespace) -> int:
     runs_dir = out / "runs"
     log = out / "sweep.log"
     print(f"hotagg sweep: {len(points)} runs into {out} (progress in sweep.log)", flush=True)
-    rows, failed = [], []
+    rows: list[dict[str, Any]] = []
+    summaries: list[dict] = []
+    failed: list[str] = []
     started = time.monotonic()
     for i, point in enumerate(points, 1):
         print(f"hotagg sweep: [{i}/{len(points)}] {point.label()} ...", end=" ", flush=True)
@@ -510,7 +644,9 @@ def main(args: argparse.Namespace) -> int:
             summary = run_point(point, args, runs_dir, log)
         except KeyboardInterrupt:
             print("interrupted; the sweep stops here", flush=True)
-            report(out, rows, [], [*failed, f"{point.label()} (interrupted)"])
+            failed.append(f"{point.label()} (interrupted)")
+            line = join_config(grid_config(summaries, points)) if rows else ""
+            report(out, rows, [], failed, summaries, line)
             return 130
         if summary is None:
             failed.append(point.label())
@@ -518,6 +654,7 @@ def main(args: argparse.Namespace) -> int:
             continue
         row = row_of(point, summary)
         rows.append(row)
+        summaries.append(summary)
         elapsed = time.monotonic() - started
         print(
             f"speed-up {row['measured_speedup']}x, bound {row['model_speedup']}x, "
@@ -526,7 +663,12 @@ def main(args: argparse.Namespace) -> int:
             flush=True,
         )
         write_csv(out / "results.csv", rows)  # after every run: a stopped sweep keeps its rows
-    figures = plot(rows, out, args.iterations) if rows else []
-    report(out, rows, figures, failed)
-    print(f"hotagg sweep: results.csv, report.md and {len(figures)} plots in {out}")
+    parts = grid_config(summaries, points)
+    figures = plot(rows, out, join_config(parts, short=True)) if rows else []
+    line = join_config(parts) if rows else ""
+    path = report(out, rows, figures, failed, summaries, line)
+    if line:
+        print(f"hotagg sweep: {line}")
+    print(f"hotagg sweep: report in {path} (the table, verdicts and {len(figures)} figures); "
+          "results.csv has every run's numbers")  # fmt: skip
     return 0 if rows and not failed and all(r.get("exact") for r in rows) else 3

@@ -209,8 +209,8 @@ def test_make_run_refuses_bad_knobs_and_says_the_exit_code(knobs: list[str], nam
 
 
 def test_exit_codes_are_the_documented_ones() -> None:
-    """The codes the README documents are the ones __main__ returns."""
-    readme = (REPO / "README.md").read_text()
+    """The codes the manual documents are the ones __main__ returns."""
+    readme = (REPO / "docs" / "experiment.md").read_text()
     for code, meaning in [
         (1, "differ"),
         (2, "options"),

@@ -1,8 +1,27 @@
-"""experiment/report.py: what the table says to try when a run was not PS-link-bound."""
+"""experiment/report.py: the configuration line, what the table says to try when a run was
+not PS-link-bound, and report.md with its figures (experiment/plots.py) from a run's logs."""
 
 from __future__ import annotations
 
-from experiment.report import regime_hint
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiment.report import (
+    bound_comparison,
+    bound_line,
+    build,
+    comparison_table,
+    config_line,
+    regime_hint,
+    short_config,
+)
+from experiment.runner import PhaseResult, RunConfig
+from hosts.ps import LOG_COLUMNS as PS_COLUMNS
+from hosts.stats import CsvLog, write_frequency
+from hosts.worker import LOG_COLUMNS as WORKER_COLUMNS
 
 
 def summary(bottlenecks: dict[str, str], **config: object) -> dict:
@@ -53,3 +72,174 @@ def test_a_calibrated_run_that_missed_says_the_machine_was_busier() -> None:
         )
     )
     assert lowest is not None and "quieter machine" in lowest
+
+
+# -- the configuration line, report.md and the figures ------------------------------------
+
+
+def run_config(**changes: object) -> dict:
+    """config.json of a run as experiment/__main__.py writes it: WORKERS resolved against
+    the topology (options.check), here the default star's 4."""
+    config = RunConfig(**{"workers": 4, **changes}).as_dict()  # type: ignore[arg-type]
+    config.update(link_bandwidth_mbps=[10.0], topology_shape="star")
+    return config
+
+
+@pytest.mark.parametrize(
+    ("links", "expected"),
+    [
+        (
+            {"bw": "auto", "link_bandwidth_mbps": [5.0],
+             "bw_auto": {"chosen_mbps": 5.0, "trials": [{"mbps": 5.0, "saturated": True}]}},
+            "links 5 Mbit/s (BW=auto: calibrated, highest rate at which the PS link saturated "
+            "in both modes)",
+        ),
+        (
+            {"bw": "auto", "link_bandwidth_mbps": [1.0],
+             "bw_auto": {"chosen_mbps": 1.0, "trials": [{"mbps": 1.0, "saturated": False}]}},
+            "links 1 Mbit/s (BW=auto: calibrated, no rate tried saturated the PS link, so the "
+            "lowest)",
+        ),
+        ({"bw": 2.0, "link_bandwidth_mbps": [2.0]}, "links 2 Mbit/s (BW=2: set)"),
+        ({"bw": None, "link_bandwidth_mbps": [10.0]}, "links 10 Mbit/s (the topology's own)"),
+        (
+            {"bw": None, "link_bandwidth_mbps": [10.0, None]},
+            "links 10 Mbit/s and unlimited (the topology's own)",
+        ),
+    ],
+)  # fmt: skip
+def test_the_config_line_says_the_link_rate_and_how_it_was_chosen(
+    links: dict, expected: str
+) -> None:
+    config = {**run_config(seed=7), **links}
+    line = config_line({"config": config})
+    assert line.startswith("config: embedded target, topology star.json (star), 4 workers, ")
+    assert ", zipf workload (skew 1.1, 100000 keys), " in line
+    assert f", {expected}, seed 7" in line
+    assert "\n" not in line
+    # the short form, for figure titles, still names the rate and how it was chosen
+    bw = links["bw"]
+    how = "BW=auto" if bw == "auto" else "topology's" if bw is None else f"BW={bw:g}"
+    assert f" ({how})" in short_config({"config": config})
+
+
+def test_the_config_line_names_what_is_not_at_its_default() -> None:
+    default = config_line({"config": run_config()})
+    for absent in ("hot set", "drift", "loss", "slots", "bmv2"):
+        assert absent not in default
+    changed = config_line(
+        {
+            "config": {
+                **run_config(
+                    target="bmv2", hotset="dynamic", drift="every=5,fraction=0.2,head=256",
+                    loss=0.01, hot_slots=128, workload="trace",
+                    extra_workload_args=["--trace", "/data/clicks.csv"],
+                ),
+                "bmv2_binary": "simple_switch_grpc-perf",
+            }
+        }
+    )  # fmt: skip
+    assert changed.startswith("config: bmv2 target (simple_switch_grpc-perf), ")
+    assert "trace workload (clicks.csv, 100000 keys)" in changed
+    assert "dynamic hot set (every 1 iteration, from the PS's counters)" in changed
+    for item in ("drift every=5,fraction=0.2,head=256", "loss 0.01", "128 hot slots"):
+        assert item in changed
+
+
+def write_phase(
+    directory: Path, iteration_ms: float, by_switch: bool, keys: int = 0
+) -> PhaseResult:
+    """A phase's logs as its agents write them: two workers, two iterations, a push and a
+    pull each; the PS's records of the requests the switch did not answer."""
+    directory.mkdir()
+    ps = CsvLog(directory / "ps0.csv", PS_COLUMNS)
+    for w in range(2):
+        log = CsvLog(directory / f"w{w}.csv", WORKER_COLUMNS)
+        seq = 0
+        for t in (1, 2):
+            for kind, ms in (("pull", iteration_ms / 4), ("push", iteration_ms / 3)):
+                seq += 1
+                switch = by_switch and kind == "pull" and t == 2
+                log.write((kind, t, seq, 0, 8, 0, 1.0, 1.1, 1000 * ms, 0, int(switch), 0, ""))
+                if not switch:
+                    ps.write((1.0, 1.0002, 1.0005, kind.upper(), w, seq, t, 8, 0, "accepted", ""))
+            log.write(("iteration", t, 0, 0, 8, 0, 1.0, 1.1, 1000 * iteration_ms, 0, 0, 0, ""))
+        log.close()
+    ps.close()
+    np.save(directory / "params0.npy", np.arange(16, dtype=np.int64))
+    if keys:  # the warm-up: the PS's update counts of `keys` keys, falling as Zipf's
+        counts = np.zeros(keys, np.int64)
+        counts[:] = np.maximum(1, 8 // np.arange(1, keys + 1))
+        write_frequency(directory / "freq0.csv", counts, np.zeros(keys, np.int64),
+                        {"shard": 0, "iterations": 2})  # fmt: skip
+    verdict = {"faithful": True, "bottleneck": "ps_link", "why": "the PS link ran at 95%"}
+    summaries = [{"losses": [None, None]}] * 2
+    return PhaseResult(directory.name, directory, 1.0, summaries, [], {"s1": {}}, verdict)
+
+
+def test_a_run_writes_report_md_with_its_table_and_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import experiment.plots as plots
+
+    framed: list[tuple[str, str, str]] = []
+    real = plots.finish_figure
+
+    def spy(fig, path, title, config, *args, **kwargs):  # type: ignore[no-untyped-def]
+        framed.append((path.name, config, kwargs.get("note", "")))
+        return real(fig, path, title, config, *args, **kwargs)
+
+    monkeypatch.setattr(plots, "finish_figure", spy)
+    phases = {
+        "warmup": write_phase(tmp_path / "warmup", 40.0, False, keys=30),
+        "server": write_phase(tmp_path / "server", 40.0, False),
+        "offload": write_phase(tmp_path / "offload", 30.0, True),
+    }
+    config = run_config(workers=2, iterations=2, bw=2.0, warmup=2, hot_slots=16)
+    config["link_bandwidth_mbps"] = [2.0]
+    model = {"server_ms": 39.0, "offload_ms": 30.5, "speedup": 1.279}
+    hot = {"keys": 4, "coverage": 0.4, "covered": 40, "total": 100, "candidates": 30}
+    summary = build(tmp_path, config, phases, hot, 2, 1, ["s1"], model=model)
+
+    text = (tmp_path / "report.md").read_text()
+    assert text.splitlines()[2] == config_line(summary)
+    assert "links 2 Mbit/s (BW=2: set)" in text
+    assert comparison_table(summary, with_config=False) in text
+    assert "regime: ps_link" in text and bound_line(summary) in text
+    images = re.findall(r"!\[([^]]+)\]\(([^)]+)\)", text)
+    names = [target for _, target in images]
+    assert names[0] == "iteration_vs_bound.png"  # the headline first
+    for name in ("latency_cdf.png", "ps_load.png", "latency_dissection.png", "skew.png"):
+        assert name in names
+    for name in names:
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"![{name}]({name})\n\n*" in text  # with its caption
+    # every figure names the configuration, and its names are the ones the report links
+    assert sorted(name for name, _, _ in framed) == sorted(names)
+    assert {config for _, config, _ in framed} == {short_config(summary)}
+    # skew.png says why its counts stop where they do and why 4 keys fill 16 slots
+    skew_note = next(note for name, _, note in framed if name == "skew.png")
+    assert "4 = 2 workers" in skew_note and "4 of the 16 slots" in skew_note
+    assert (tmp_path / "summary.json").exists()
+    # the printed table starts with the configuration line
+    assert comparison_table(summary).splitlines()[0] == config_line(summary)
+
+
+def test_the_headline_figure_draws_with_and_without_a_bound(tmp_path: Path) -> None:
+    from experiment.plots import iteration_vs_bound
+
+    mode = {"iteration_ms": {"p50": 40.0, "p99": 44.0, "mean": 41.0}}
+    summary = {
+        "config": run_config(),
+        "modes": {"server": mode, "offload": {"iteration_ms": {"p50": 32.0, "p99": 35.0}}},
+        "speedup": {"iteration_ms": 1.25},
+        "model": {"server_ms": 39.0, "offload_ms": 31.0, "speedup": 1.258},
+    }
+    iteration_vs_bound(tmp_path / "bound.png", summary)
+    iteration_vs_bound(tmp_path / "none.png", {**summary, "model": None})
+    for name in ("bound.png", "none.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    lines = bound_comparison(summary)
+    assert "server-only 40.00 ms (+2.6% vs the bound)" in lines[2]
+    assert "speed-up 1.25x against the bound's 1.26x" in lines[2]
+    assert bound_comparison({**summary, "model": None})[0].startswith("No PS-link bound")

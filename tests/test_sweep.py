@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from experiment import sweep
+from experiment.plots import CAPTIONS
+from experiment.report import join_config
+from experiment.runner import RunConfig
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -48,13 +51,22 @@ def fake_summary(workers: int, skew: float, seed: int, speedup: float) -> dict:
         "ps_packets_in": 100 * workers,
         "iteration_ms": {"p50": 10.0 * speedup, "p99": 20.0 * speedup},
     }
+    config = RunConfig(
+        topo=Path(f"star:{workers}"), workers=workers, iterations=30, skew=skew, seed=seed, bw=10.0
+    ).as_dict()
+    config.update(link_bandwidth_mbps=[10.0], topology_shape="star")
+    fidelity = {"faithful": seed == 1, "bottleneck": "ps_link" if seed == 1 else "cpu"}
+    if seed != 1:
+        fidelity["bottlenecks"] = {"server": "cpu"}
+        fidelity["warning"] = "not network-bound: server: cpu (the cores were 95% busy)"
     return {
         "target": "embedded",
         "iterations": 30,
         "exact": True,
+        "config": config,
         "speedup": {"iteration_ms": speedup},
         "model": {"speedup": 1.25 + 0.1 * skew},
-        "fidelity": {"faithful": seed == 1, "bottleneck": "ps_link" if seed == 1 else "cpu"},
+        "fidelity": fidelity,
         "modes": {
             "server": mode,
             "offload": {
@@ -66,23 +78,39 @@ def fake_summary(workers: int, skew: float, seed: int, speedup: float) -> dict:
 
 
 def test_rows_plots_and_report(tmp_path: Path) -> None:
-    rows = []
+    rows, summaries, points = [], [], []
     for workers in (4, 8):
         for skew in (1.1, 1.3):
             for seed in (1, 2):
                 point = sweep.Point(workers, skew, 256, 0.0, 10.0, seed, 1)
                 measured = 1.3 if workers == 4 else 1.8
-                rows.append(sweep.row_of(point, fake_summary(workers, skew, seed, measured)))
+                summaries.append(fake_summary(workers, skew, seed, measured))
+                rows.append(sweep.row_of(point, summaries[-1]))
+                points.append(point)
     assert rows[0]["model_error"] == pytest.approx(1.3 / 1.36 - 1, abs=1e-3)
     sweep.write_csv(tmp_path / "results.csv", rows)
     with open(tmp_path / "results.csv") as f:
         table = list(csv.DictReader(f))
     assert len(table) == 8 and "modes.offload.ps_packets_in" in table[0]
-    figures = sweep.plot(rows, tmp_path, 30)
-    assert figures == ["speedup_vs_workers.png", "speedup_vs_skew.png", "ps_packets.png"]
+    parts = sweep.grid_config(summaries, points)
+    figures = sweep.plot(rows, tmp_path, join_config(parts, short=True))
+    assert figures == [
+        "speedup_vs_bound.png",  # the headline first
+        "speedup_vs_workers.png",
+        "speedup_vs_skew.png",
+        "ps_packets.png",
+    ]
     assert all((tmp_path / f).stat().st_size > 10_000 for f in figures)
-    sweep.report(tmp_path, rows, figures, ["W=16 ... (failed)"])
+    line = join_config(parts)
+    sweep.report(tmp_path, rows, figures, ["W=16 ... (failed)"], summaries, line)
     text = (tmp_path / "report.md").read_text()
+    assert text.splitlines()[2] == line
+    # the unfaithful runs (seed 2) each with their warning and what to try
+    unfaithful = [r for r in text.splitlines() if r.startswith("- W=") and "seed=2" in r]
+    assert len(unfaithful) == 4
+    assert all("WARNING, not network-bound" in r and "; what to try: " in r for r in unfaithful)
+    for name in figures:  # each figure linked, with its caption
+        assert f"![{name}]({name})\n\n*{CAPTIONS[name]}*" in text
     # Only seed 1's points are faithful; of those, the 4-worker ones are within 15%.
     assert "within 15% of the PS-link bound: 2 of 4 (of 8 runs)" in text
     assert "(not faithful)" in text and "W=16 ... (failed)" in text
@@ -153,3 +181,21 @@ def test_sweep_help_shows_the_grid_and_the_run_options() -> None:
         assert f"--{name.replace('_', '-')}" in text and f"(default: {value})" in text
     for dest in sweep.FIXED_RUN_OPTIONS:
         assert f"--{dest.replace('_', '-')}" in text
+
+
+def test_the_grid_config_line_lists_what_varies_and_keeps_what_does_not() -> None:
+    summaries = [fake_summary(w, skew, seed, 1.3) for w in (4, 8) for skew in (1.1, 1.3)
+                 for seed in (1,)]  # fmt: skip
+    points = [sweep.Point(w, skew, 256, 0.0, 10.0, 1, 1) for w in (4, 8) for skew in (1.1, 1.3)]
+    line = join_config(sweep.grid_config(summaries, points))
+    assert line.startswith("config: embedded target, topology star:W (a generated star per ")
+    assert ", workers 4,8, 30 iterations, zipf workload (skew 1.1,1.3, 100000 keys), " in line
+    assert line.endswith(", links 10 Mbit/s (BW=10: set), seeds 1")
+    # one worker count: the runs' own items, as a run's line says them
+    same = join_config(sweep.grid_config(summaries[:1], points[:1]))
+    assert ", topology star:4 (star), 4 workers, " in same
+    # a budget that varies is named even though the default one is not shown for a run
+    slots = [{**s, "config": {**s["config"], "hot_slots": n}} for s, n in
+             zip(summaries[:2], (128, 256))]  # fmt: skip
+    slot_points = [sweep.Point(4, 1.1, n, 0.0, 10.0, 1, 1) for n in (128, 256)]
+    assert "hot slots 128,256" in join_config(sweep.grid_config(slots, slot_points))
