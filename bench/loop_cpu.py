@@ -62,6 +62,7 @@ class Timed:
 def replay(drift: str | None, seed: int, iterations: int, every: int) -> dict[str, object]:
     """Step the loop over one replayed run; per-step CPU by part (ms) and the table's size."""
     from bench.hotset_sim import SimTarget
+    from contract.freqfile import LiveFrequency
     from controller.online import (
         ChangeRateEstimator,
         Changes,
@@ -70,7 +71,6 @@ def replay(drift: str | None, seed: int, iterations: int, every: int) -> dict[st
         PSFrequencySource,
     )
     from experiment.hotset import change_window
-    from hosts.stats import LiveFrequency
     from hosts.workloads import DriftSpec, ZipfWorkload
 
     workers, budget = 4, 100

@@ -16,7 +16,7 @@ Sources (all give counts of *updates*, i.e. worker push entries, since their pre
   `weight` = 0.5 hits (a WRITEBACK adds 0.5 per iteration: members look slightly better
   than they are). Counters restart when a key is re-installed; a smaller reading than the
   last is taken as a fresh counter. One Read RPC for the 8 tables (`read_hits`).
-- `PSFrequencySource`: the PS's frequency files (hosts/stats.py): a `.live` file, which
+- `PSFrequencySource`: the PS's frequency files (contract/freqfile.py): a `.live` file, which
   holds the PS's counters themselves while it runs, or one a PS started with
   `--freq-every N` rewrites (atomically) every N iterations. Their `cold` column counts the
   entries each key got at the PS (all of a cold key's updates, and a hot key's that the
@@ -46,20 +46,18 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 from p4.v1 import p4runtime_pb2
 
 from contract.constants import MAX_ENTRIES
+from contract.freqfile import LiveReader, is_live, read_frequency
 from contract.names import hot_keys_table, set_slot_action
 from controller import wire
 from controller.errors import BadInput, BudgetExceeded, WriteError
 from controller.hot_keys import HotKeys, check_key
 from controller.jobs import Job
-
-if TYPE_CHECKING:
-    from hosts.stats import LiveReader  # imported where used, as read_frequency
 
 _NONE = np.zeros(0, np.int64)
 # A frequency file's counts since the last read: iterations done, and at the last read; the
@@ -180,8 +178,6 @@ class PSFrequencySource:
         self._live: dict[Path, LiveReader] = {}
 
     def read(self) -> Observation:
-        from hosts.stats import is_live
-
         counts: dict[int, float] = {}
         presence: dict[int, float] | None = {} if self.collected else None
         iterations: list[int] = []
@@ -216,8 +212,6 @@ class PSFrequencySource:
         )
 
     def _live_delta(self, path: Path) -> _Delta:
-        from hosts.stats import LiveReader
-
         reader = self._live.get(path)
         if reader is None:
             reader = self._live[path] = LiveReader(path)
@@ -228,8 +222,6 @@ class PSFrequencySource:
 
     def _file_delta(self, path: Path) -> _Delta:
         """A rewritten file's (CSV, .npz) counts since the last read."""
-        from hosts.stats import read_frequency  # the file's one reader
-
         freq = read_frequency(path)
         done = int(freq.meta.get("iterations", "0"))
         workers = int(freq.meta.get("workers", "1"))

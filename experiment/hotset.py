@@ -57,6 +57,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from contract.freqfile import frequency_meta, is_live
 from controller.online import (
     CHANGE_WINDOW,
     MARGIN,
@@ -80,7 +81,7 @@ from experiment.runner import (
     freq_name,
     say,
 )
-from hosts.stats import frequency_meta, is_live, write_json
+from hosts.stats import write_json
 from hosts.workloads import DriftSpec
 
 MODES = ("static", "dynamic")

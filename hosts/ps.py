@@ -61,6 +61,7 @@ from contract.constants import (
     NUM_SLOTS,
     Op,
 )
+from contract.freqfile import LiveFrequency, is_live, write_frequency
 from hosts.agent import (
     RECV_SIZE,
     Address,
@@ -75,16 +76,7 @@ from hosts.agent import (
     parse_address,
     positive_int,
 )
-from hosts.stats import (
-    CsvLog,
-    LiveFrequency,
-    is_live,
-    load_hot_keys,
-    params_sha256,
-    save_params,
-    write_frequency,
-    write_json,
-)
+from hosts.stats import CsvLog, load_hot_keys, params_sha256, save_params, write_json
 from hosts.switch_cache import CacheBeliefs
 from hosts.switch_channel import SwitchChannel
 

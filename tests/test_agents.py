@@ -21,10 +21,11 @@ import pytest
 
 from contract.codec import HEADER, decode, encode
 from contract.constants import HOTAGG_PORT, Op, Stat
+from contract.freqfile import read_frequency
 from hosts.agent import INITIAL_RTO, AgentError, DeadlineExceeded, RttEstimator
 from hosts.ps import ParameterServer, PSConfig
 from hosts.ps import main as ps_main
-from hosts.stats import load_hot_keys, load_params, params_sha256, read_frequency, write_hot_keys
+from hosts.stats import load_hot_keys, load_params, params_sha256, write_hot_keys
 from hosts.worker import Worker, WorkerConfig, WorkerResult
 from hosts.workloads import LogisticWorkload, TraceWorkload, ZipfWorkload, reference_run
 from tests.agent_fakes import FakeSwitch, PipelineSwitch, Relay

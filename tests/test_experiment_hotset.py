@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from contract.freqfile import write_frequency
 from controller.online import Changes, Hysteresis, OnlineController, RateEstimator
 from experiment import hotset
 from experiment.runner import HOTSET_EVERY, ExperimentError, PhaseResult, RunConfig
-from hosts.stats import CsvLog, write_frequency
+from hosts.stats import CsvLog
 from hosts.worker import LOG_COLUMNS
 from hosts.workloads import DriftSpec, LogisticWorkload, ZipfWorkload
 

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from contract.freqfile import write_frequency
 from controller.cli import main
 from controller.client import SwitchClient
 from controller.errors import BadInput
@@ -30,7 +31,6 @@ from controller.online import (
     read_hits,
     updates_from_presence,
 )
-from hosts.stats import write_frequency
 from hosts.workloads import DriftSpec, ZipfWorkload
 from tests.test_controller import (  # noqa: F401 (the fixtures are used by name)
     P4INFO_PATH,
@@ -513,7 +513,7 @@ def test_ps_frequency_source_reads_cold_counts_per_interval(tmp_path) -> None:
 def test_csv_rows_are_np_savetxt_byte_for_byte() -> None:
     import io
 
-    from hosts.stats import csv_rows
+    from contract.freqfile import csv_rows
 
     rng = np.random.default_rng(5)
     edges = [10**k + d for k in range(16) for d in (-1, 0, 1)] + [2**40 - 1, 2**40, 2**62]
@@ -535,8 +535,8 @@ def test_csv_rows_are_np_savetxt_byte_for_byte() -> None:
 def test_ps_rewrites_the_file_in_a_thread_in_order_and_reports_its_failure(
     tmp_path, suffix: str, request: pytest.FixtureRequest
 ) -> None:
+    from contract.freqfile import read_frequency
     from hosts.ps import ParameterServer, PSConfig
-    from hosts.stats import read_frequency
 
     path = tmp_path / f"freq{suffix}"
     ps = ParameterServer(PSConfig(1, 4, 100, freq_path=str(path), freq_every=2))
@@ -559,9 +559,9 @@ def test_ps_rewrites_the_file_in_a_thread_in_order_and_reports_its_failure(
 def test_a_ps_with_a_live_file_counts_into_it_and_rewrites_nothing(
     tmp_path, request: pytest.FixtureRequest
 ) -> None:
+    from contract.freqfile import read_frequency
     from hosts.agent import AgentError
     from hosts.ps import ParameterServer, PSConfig
-    from hosts.stats import read_frequency
 
     path = tmp_path / "freq.live"
     with pytest.raises(AgentError, match="always current"):
