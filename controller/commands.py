@@ -17,17 +17,12 @@ from controller.forwarding import Forwarding, compute_routes, load_routes_topolo
 from controller.hot_keys import HotKeys
 from controller.hotset import choose, combine, load_stats
 from controller.jobs import Jobs
-from controller.online import (
-    ChangeRateEstimator,
-    CombinedSource,
-    Hysteresis,
-    OnlineController,
-    PSFrequencySource,
-    RateEstimator,
-    RateSource,
-    SwitchHitsSource,
-    SwitchTarget,
-)
+from controller.online.estimators import ChangeRateEstimator, RateEstimator
+from controller.online.loop import OnlineController
+from controller.online.observation import RateSource
+from controller.online.policy import Hysteresis
+from controller.online.sources import CombinedSource, PSFrequencySource, SwitchHitsSource
+from controller.online.switch_target import SwitchTarget
 from controller.p4info import P4Info
 from controller.stats import Stats
 from controller.tenancy import Admission, Tenancy, admission, admissions_from_topology

@@ -659,7 +659,7 @@ class ParameterServer:
 
     def _write_frequency(self, background: bool = False) -> None:
         """The frequency file of iterations < cur (read while running by the controller's
-        online loop, controller/online.py: hence written whole, then renamed).
+        online loop, controller/online/: hence written whole, then renamed).
 
         With `background` (the --freq-every rewrites) the counters are copied and the file
         is written by a thread, so the next iteration's pulls do not wait for it (tens of

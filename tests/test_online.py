@@ -1,4 +1,4 @@
-"""The controller's online loop (controller/online.py): estimator and hysteresis with fakes,
+"""The controller's online loop (controller/online/): estimator and hysteresis with fakes,
 sources against fakes and files, and a real run: the embedded switch's P4Runtime server,
 PS and workers on a drifting workload, and the loop moving keys while they train."""
 
@@ -17,20 +17,12 @@ from controller.client import SwitchClient
 from controller.errors import BadInput
 from controller.hot_keys import HotKeys
 from controller.jobs import Jobs
-from controller.online import (
-    ChangeRateEstimator,
-    Changes,
-    CombinedSource,
-    Hysteresis,
-    Observation,
-    OnlineController,
-    PSFrequencySource,
-    RateEstimator,
-    SwitchHitsSource,
-    SwitchTarget,
-    read_hits,
-    updates_from_presence,
-)
+from controller.online.estimators import ChangeRateEstimator, RateEstimator
+from controller.online.loop import OnlineController
+from controller.online.observation import Observation, updates_from_presence
+from controller.online.policy import Changes, Hysteresis
+from controller.online.sources import CombinedSource, PSFrequencySource, SwitchHitsSource, read_hits
+from controller.online.switch_target import SwitchTarget
 from hosts.workloads import DriftSpec, ZipfWorkload
 from tests.test_controller import (  # noqa: F401 (the fixtures are used by name)
     P4INFO_PATH,
