@@ -525,27 +525,26 @@ def test_csv_rows_are_np_savetxt_byte_for_byte() -> None:
 
 @pytest.mark.parametrize("suffix", [".csv", ".npz"])
 def test_ps_rewrites_the_file_in_a_thread_in_order_and_reports_its_failure(
-    tmp_path, suffix: str, request: pytest.FixtureRequest
+    tmp_path, suffix: str
 ) -> None:
     from contract.freqfile import read_frequency
-    from hosts.ps import ParameterServer, PSConfig
+    from hosts.ps_config import PSConfig
+    from hosts.ps_frequency import FrequencyCounts
 
     path = tmp_path / f"freq{suffix}"
-    ps = ParameterServer(PSConfig(1, 4, 100, freq_path=str(path), freq_every=2))
-    request.addfinalizer(ps.close)
-    for t in (3, 5):
-        ps.it.number = t  # cur - 1 = iterations the file covers
-        ps.cold_count[7] = t
-        ps._write_frequency(background=True)
-        ps.cold_count[7] = 99  # counted after the rewrite began: not in its file
-    ps._write_frequency()  # the last one: after the rewrite in flight
+    counts = FrequencyCounts(PSConfig(1, 4, 100, freq_path=str(path), freq_every=2))
+    for t in (2, 4):
+        counts.cold[7] = t
+        counts.write(t, background=True)
+        counts.cold[7] = 99  # counted after the rewrite began: not in its file
+    counts.write(5)  # the last one: after the rewrite in flight
     freq = read_frequency(path)
-    assert freq.meta["iterations"] == "4" and freq.cold.tolist() == [99]
+    assert freq.meta["iterations"] == "5" and freq.cold.tolist() == [99]
     path.unlink()
     path.mkdir()  # the next rewrite cannot rename into place
-    ps._write_frequency(background=True)
+    counts.write(6, background=True)
     with pytest.raises(OSError):
-        ps._write_frequency()
+        counts.write(7)
 
 
 def test_a_ps_with_a_live_file_counts_into_it_and_rewrites_nothing(
@@ -553,7 +552,8 @@ def test_a_ps_with_a_live_file_counts_into_it_and_rewrites_nothing(
 ) -> None:
     from contract.freqfile import read_frequency
     from hosts.agent import AgentError
-    from hosts.ps import ParameterServer, PSConfig
+    from hosts.ps import ParameterServer
+    from hosts.ps_config import PSConfig
 
     path = tmp_path / "freq.live"
     with pytest.raises(AgentError, match="always current"):
@@ -564,11 +564,11 @@ def test_a_ps_with_a_live_file_counts_into_it_and_rewrites_nothing(
     for t in (1, 2):
         assert ps.cur == t
         ps.it.cold_keys, ps.it.cold_values = [7, 7, 9], [1, 1, 1]
-        ps._apply()  # iteration t's counts: in the file as they are added
+        ps.barrier.finalize()  # server-only: iteration t's counts go into the file at once
         freq = read_frequency(path)
         assert freq.meta["iterations"] == str(t) and freq.meta["workers"] == "4"
         assert dict(zip(freq.keys.tolist(), freq.cold.tolist())) == {7: 2 * t, 9: t}
-    ps._write_frequency()  # at exit: already current, nothing written
+    ps.counts.write(ps.cur - 1)  # at exit: already current, nothing written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["freq.live"]
     assert read_frequency(path).meta == freq.meta
 

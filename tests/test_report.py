@@ -20,7 +20,7 @@ from experiment.report import (
     short_config,
 )
 from experiment.runner import PhaseResult, RunConfig
-from hosts.ps import LOG_COLUMNS as PS_COLUMNS
+from hosts.ps_log import LOG_COLUMNS as PS_COLUMNS
 from hosts.stats import CsvLog
 from hosts.worker import LOG_COLUMNS as WORKER_COLUMNS
 
