@@ -2,7 +2,7 @@
 
 Iteration by iteration it draws the run's workload (hosts/workloads.py, the seeded stream
 the workers read), counts what the hot set in force covers, and every `every` iterations
-gives the loop (controller/online.py: RateEstimator, Hysteresis, OnlineController) what a
+gives the loop (controller/online/: RateEstimator, Hysteresis, OnlineController) what a
 PS frequency file would tell it (the cold keys' updates, the hot keys' `collected`
 presence), applying the loop's changes `lag` iterations later (a step takes time). The
 initial set is the warm-up's: the most updated keys of `warmup` undrifted iterations read
@@ -51,22 +51,16 @@ from typing import Any
 
 import numpy as np
 
-from controller.online import (
+from controller.online.estimators import (
     CHANGE_THRESHOLD,
-    CONFIDENCE,
     DECAY,
     FIRST_FULL,
-    MARGIN,
-    MAX_CHANGES,
-    MIN_RATE,
     ChangeRateEstimator,
-    Changes,
-    Hysteresis,
-    Observation,
-    OnlineController,
     RateEstimator,
-    updates_from_presence,
 )
+from controller.online.loop import OnlineController
+from controller.online.observation import Observation, updates_from_presence
+from controller.online.policy import CONFIDENCE, MARGIN, MAX_CHANGES, MIN_RATE, Changes, Hysteresis
 from experiment.hotset import change_window, epoch_offset_sums
 from experiment.runner import HOTSET_EVERY
 from hosts.workloads import DriftSpec, StreamOffset, ZipfWorkload

@@ -5,7 +5,7 @@ agents and the switch (experiment/hotset.py), so its CPU is what it can cost the
 replays the run's workload (Zipf 1.1 over 100,000 keys, 4 workers x 256 draws per iteration)
 into a PS `.live` frequency file, as the PS counts it (a hot key's `collected` once per
 iteration in which any worker pushed it, a cold key's updates each), and steps the loop
-(controller/online.py's defaults, which the run uses) every `--every` iterations, with an
+(controller/online/'s defaults, which the run uses) every `--every` iterations, with an
 in-memory hot set in place of the switch: 100 slots, starting with the 100 most likely keys
 (the run's warm-up picks 88-108 from its counts). Each
 part is the loop thread's CPU time (time.thread_time):
@@ -62,15 +62,12 @@ class Timed:
 def replay(drift: str | None, seed: int, iterations: int, every: int) -> dict[str, object]:
     """Step the loop over one replayed run; per-step CPU by part (ms) and the table's size."""
     from bench.hotset_sim import SimTarget
-    from controller.online import (
-        ChangeRateEstimator,
-        Changes,
-        Hysteresis,
-        OnlineController,
-        PSFrequencySource,
-    )
+    from contract.freqfile import LiveFrequency
+    from controller.online.estimators import ChangeRateEstimator
+    from controller.online.loop import OnlineController
+    from controller.online.policy import Changes, Hysteresis
+    from controller.online.sources import PSFrequencySource
     from experiment.hotset import change_window
-    from hosts.stats import LiveFrequency
     from hosts.workloads import DriftSpec, ZipfWorkload
 
     workers, budget = 4, 100

@@ -73,12 +73,14 @@ class Counting:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from contract.freqfile import write_frequency
     from controller.client import SwitchClient
     from controller.hot_keys import HotKeys
     from controller.jobs import Jobs
-    from controller.online import Changes, PSFrequencySource, SwitchTarget, read_hits
+    from controller.online.policy import Changes
+    from controller.online.sources import PSFrequencySource, read_hits
+    from controller.online.switch_target import SwitchTarget
     from controller.p4info import P4Info
-    from hosts.stats import write_frequency
     from tests.test_controller import P4INFO_PATH
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

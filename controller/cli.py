@@ -33,7 +33,7 @@ from typing import Any
 from contract.clihelp import HelpParser, worth_showing
 from contract.constants import KEY_MAX, MAX_WORKERS
 from contract.p4files import P4INFO_PATH
-from controller import commands, online
+from controller import commands
 from controller.errors import (
     AlreadyExists,
     BadEntry,
@@ -49,6 +49,7 @@ from controller.errors import (
     TableFull,
     UnknownJob,
 )
+from controller.online import estimators, policy
 from controller.tenancy import PORT_MAX
 
 DEFAULT_P4INFO = P4INFO_PATH
@@ -371,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
         ls.set_defaults(func=commands.hotkeys_list)
     au = hk.add_parser(
         "auto",
-        help="follow the skew: re-select the hot set every interval (controller/online.py)",
+        help="follow the skew: re-select the hot set every interval (controller/online/)",
         description="Every --interval seconds: read the hot keys' hit counters (and the PS's "
         "frequency files, --freq, and/or the switch's cold-key sketch, --sketch), estimate "
         "each key's update rate (the mean since it last changed, or with --decay), and "
@@ -389,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument(
         "--change-threshold",
         type=change_threshold,
-        default=online.CHANGE_THRESHOLD,
+        default=estimators.CHANGE_THRESHOLD,
         metavar="T",
         help="a key's rate is the mean since it last changed; a change is taken when the "
         "counts' log-likelihood ratio exceeds T nats",
@@ -399,19 +400,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=decay,
         metavar="D",
         help="estimate rates with exponential decay instead, D the weight of the past rate "
-        f"per step, in [0, 1) (default: off; {online.DECAY} goes with --hysteresis 1)",
+        f"per step, in [0, 1) (default: off; {estimators.DECAY} goes with --hysteresis 1)",
     )
     au.add_argument(
         "--hysteresis",
         type=nonnegative_float,
-        default=online.MARGIN,
+        default=policy.MARGIN,
         metavar="H",
         help="a candidate must beat the weakest member's rate by this fraction",
     )
     au.add_argument(
         "--confidence",
         type=nonnegative_float,
-        default=online.CONFIDENCE,
+        default=policy.CONFIDENCE,
         metavar="Z",
         help="... and by this many standard errors of the two rates, so that a key seen "
         "once must beat its noise (0: off). The counts read here (hits, --freq's cold "
@@ -422,14 +423,14 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument(
         "--max-changes",
         type=nonnegative,
-        default=online.MAX_CHANGES,
+        default=policy.MAX_CHANGES,
         metavar="M",
         help="keys entering per step",
     )
     au.add_argument(
         "--min-rate",
         type=nonnegative_float,
-        default=online.MIN_RATE,
+        default=policy.MIN_RATE,
         metavar="R",
         help="updates per iteration (per step without --freq) a key needs to enter",
     )

@@ -17,18 +17,14 @@ from controller.forwarding import Forwarding, compute_routes, load_routes_topolo
 from controller.hot_keys import HotKeys
 from controller.hotset import choose, combine, load_stats
 from controller.jobs import Jobs
-from controller.online import (
-    ChangeRateEstimator,
-    CombinedSource,
-    Hysteresis,
-    OnlineController,
-    PSFrequencySource,
-    RateEstimator,
-    RateSource,
-    SwitchHitsSource,
-    SwitchTarget,
-)
+from controller.online.estimators import ChangeRateEstimator, RateEstimator
+from controller.online.loop import OnlineController
+from controller.online.observation import RateSource
+from controller.online.policy import Hysteresis
+from controller.online.sources import CombinedSource, PSFrequencySource, SwitchHitsSource
+from controller.online.switch_target import SwitchTarget
 from controller.p4info import P4Info
+from controller.sketch import Sketch, SketchSource
 from controller.stats import Stats
 from controller.tenancy import Admission, Tenancy, admission, admissions_from_topology
 
@@ -333,8 +329,6 @@ def hotkeys_auto(s: Session) -> Output:
     if a.freq:
         sources.append(PSFrequencySource(a.freq))
     if a.sketch:
-        from controller.sketch import Sketch, SketchSource
-
         sources.append(SketchSource(Sketch(s.client, p4), job.job_id, a.sketch))
     log_file = open(a.log, "a") if a.log else None  # noqa: SIM115 (closed below)
 

@@ -1,12 +1,14 @@
 """Choosing the hot set from update-frequency statistics (pure functions, no switch).
 
-Statistics file (the PS agent's frequency file, hosts/stats.py), accepted here as:
-  - text, one `key,updates[,more columns]` per line (comma or whitespace separated); keys are
-    uint64 in decimal or 0x-hex, updates non-negative integers;
-  - blank lines and lines starting with `#` are ignored; an optional header line whose first
-    field is `key` names the columns, and the `updates` column is the count used (so
-    hosts/stats.py's `key,updates,cold,collected` works); a key listed twice (e.g. in files
-    of several PS shards concatenated) has its counts summed.
+Statistics file, accepted here as:
+  - the PS agent's frequency file (contract/freqfile.py: CSV, .npz or .live), read by that
+    module's reader; several shards' CSV files concatenated count as one (their keys are
+    disjoint); the `updates` column is the count used;
+  - or a list written by hand, one `key,updates[,more columns]` per line (comma or whitespace
+    separated); keys are uint64 in decimal or 0x-hex, updates non-negative integers; blank
+    lines and lines starting with `#` are ignored; an optional header line whose first field
+    is `key` names the columns, and its `updates` column is the count used; a key listed
+    twice has its counts summed.
 
 A PS only sees the updates that reached it: once a key is hot, its pushes are aggregated in
 the switch and vanish from the PS's counts. `combine` adds the switch's hit counts (direct
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.constants import KEY_MAX
+from contract.freqfile import frequency_meta, read_frequencies
 from controller.errors import BadInput
 
 
@@ -58,11 +61,20 @@ def parse_stats(lines: Iterable[str], source: str = "<stats>") -> dict[int, int]
 
 
 def load_stats(path: str | Path) -> dict[int, int]:
+    """A statistics file (format above) as {key: updates}."""
     try:
-        with open(path) as f:
-            return parse_stats(f, str(path))
+        if frequency_meta(path) is None:  # not the PS's file: a list written by hand
+            with open(path) as f:
+                return parse_stats(f, str(path))
+        freqs: dict[int, int] = {}
+        for table in read_frequencies(path):
+            for key, n in zip(table.keys.tolist(), table.updates.tolist()):
+                freqs[key] = freqs.get(key, 0) + n
+        return freqs
     except OSError as e:
         raise BadInput(f"cannot read statistics file {path}: {e.strerror}") from None
+    except ValueError as e:  # a PS frequency file cut short or not one at all
+        raise BadInput(f"statistics file {path}: {e}") from None
 
 
 def combine(

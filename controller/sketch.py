@@ -27,7 +27,7 @@ from contract.sketch import indexes
 from controller import wire
 from controller.client import SwitchClient
 from controller.errors import BadInput, EntryExists
-from controller.online import Observation
+from controller.online.observation import Observation
 from controller.p4info import P4Info, decode
 
 TABLE = names.TABLE_SKETCH_CONFIG
@@ -163,7 +163,7 @@ class Sketch:
 
 
 class SketchSource:
-    """A `controller.online.RateSource` over the sketch, as NetCache uses its own: the
+    """A `controller.online.observation.RateSource` over the sketch, as NetCache uses its own: the
     switch reports the keys that reach the threshold (digests), and the loop follows those
     keys' cells. Each read:
     - takes the reports that came in: a key newly reported counts its report's estimate

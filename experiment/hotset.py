@@ -57,21 +57,13 @@ from typing import IO, Any
 
 import numpy as np
 
-from controller.online import (
-    CHANGE_WINDOW,
-    MARGIN,
-    MIN_RATE,
-    ChangeRateEstimator,
-    CombinedSource,
-    Hysteresis,
-    Observation,
-    OnlineController,
-    PSFrequencySource,
-    RateSource,
-    StepReport,
-    SwitchHitsSource,
-    SwitchTarget,
-)
+from contract.freqfile import frequency_meta, is_live
+from controller.online.estimators import CHANGE_WINDOW, ChangeRateEstimator
+from controller.online.loop import OnlineController, StepReport
+from controller.online.observation import Observation, RateSource
+from controller.online.policy import MARGIN, MIN_RATE, Hysteresis
+from controller.online.sources import CombinedSource, PSFrequencySource, SwitchHitsSource
+from controller.online.switch_target import SwitchTarget
 from experiment.runner import (
     HOTSET_EVERY,
     ExperimentError,
@@ -80,7 +72,7 @@ from experiment.runner import (
     freq_name,
     say,
 )
-from hosts.stats import frequency_meta, is_live, write_json
+from hosts.stats import write_json
 from hosts.workloads import DriftSpec
 
 MODES = ("static", "dynamic")

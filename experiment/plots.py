@@ -23,9 +23,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from contract.freqfile import read_frequency
 from experiment.report import short_config, worker_rows
 from experiment.runner import PhaseResult
-from hosts.stats import read_frequency
 
 COLORS = {"server": "tab:red", "offload": "tab:blue"}
 LABELS = {"server": "server-only", "offload": "offload"}

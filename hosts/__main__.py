@@ -15,9 +15,10 @@ import json
 import sys
 
 from contract.clihelp import HelpParser
+from contract.freqfile import top_keys
 from hosts import workloads
 from hosts.agent import positive_int
-from hosts.stats import load_params, params_sha256, save_params, top_keys
+from hosts.stats import load_params, params_sha256, save_params
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,8 +6,8 @@ engine the worker uses too): at most `collect_window` packets in flight, an RTT-
 fast retransmit when a later packet is answered first (the switch answers in order). A COLLECT is
 asked until answered (or, only if `collect_retries` is set, given up after that many: the
 switch's sums for those slots are then lost); a WRITEBACK is sent once (its loss only costs
-cache hits). The ParameterServer owns one SwitchChannel and decides when to start each step of
-its barrier; this module only sends, resends and reads the replies, sharing the PS's socket
+cache hits). The PS's Barrier (hosts/ps_barrier.py) owns one SwitchChannel and decides when to
+start each step; this module only sends, resends and reads the replies, sharing the PS's socket
 (through `send`), request log (`row`) and counters.
 """
 
@@ -18,15 +18,12 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from contract.codec import Message
 from contract.constants import FLAG_INVALIDATE, MAX_ENTRIES, Op
 from hosts.agent import Address, RttEstimator
+from hosts.ps_config import PSConfig
 from hosts.reliable import ReliableChannel, Request, Window
-
-if TYPE_CHECKING:
-    from hosts.ps import PSConfig
 
 # row(arrival, start, reply, op name, message or None, result, peer): one request-log row.
 RowWriter = Callable[[float, float, "float | None", str, "Message | None", str, Address], None]

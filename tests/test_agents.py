@@ -21,10 +21,12 @@ import pytest
 
 from contract.codec import HEADER, decode, encode
 from contract.constants import HOTAGG_PORT, Op, Stat
+from contract.freqfile import read_frequency
 from hosts.agent import INITIAL_RTO, AgentError, DeadlineExceeded, RttEstimator
-from hosts.ps import ParameterServer, PSConfig
+from hosts.ps import ParameterServer
 from hosts.ps import main as ps_main
-from hosts.stats import load_hot_keys, load_params, params_sha256, read_frequency, write_hot_keys
+from hosts.ps_config import PSConfig
+from hosts.stats import load_hot_keys, load_params, params_sha256, write_hot_keys
 from hosts.worker import Worker, WorkerConfig, WorkerResult
 from hosts.workloads import LogisticWorkload, TraceWorkload, ZipfWorkload, reference_run
 from tests.agent_fakes import FakeSwitch, PipelineSwitch, Relay
@@ -97,7 +99,7 @@ def run_job(
     threads = [_thread(ps.run, out, f"ps{i}") for i, ps in enumerate(servers)]
     if hot_keys:
         limit = time.monotonic() + 5
-        while sum(len(ps.cache.tag) for ps in servers) < len(hot_keys):
+        while sum(len(ps.barrier.cache.tag) for ps in servers) < len(hot_keys):
             assert time.monotonic() < limit, "the prefill WRITEBACKs were not acked"
             time.sleep(0.01)
     workers = [

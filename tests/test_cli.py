@@ -366,17 +366,19 @@ def test_global_options_after_the_command_keep_the_values_before_it() -> None:
 
 def test_confidence_help_says_which_error_model_each_loop_uses(capsys) -> None:
     """hotagg-ctl's loop reads switch hits and cold counts (Poisson); make run's dynamic loop
-    reads the PS's presence counts and takes a cold key's as binomial (controller/online.py):
-    the help must not claim one model for both."""
-    from controller import online
+    reads the PS's presence counts and takes a cold key's as binomial
+    (controller/online/estimators.py): the help must not claim one model for both."""
+    from controller.online.estimators import ChangeRateEstimator
+    from controller.online.observation import Observation
+    from controller.online.policy import CONFIDENCE
 
     assert main(["hotkeys", "auto", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "binomial" in text and "Poisson" in text
-    assert f"(default: {online.CONFIDENCE})" in text
+    assert f"(default: {CONFIDENCE})" in text
     # the binomial error is the estimator's once the source knows the workers (presence)
-    est = online.ChangeRateEstimator()
-    est.update(online.Observation(counts={1: 4.0}, iterations=1, presence={}, workers=4))
-    poisson = online.ChangeRateEstimator()
-    poisson.update(online.Observation(counts={1: 4.0}, iterations=1))
+    est = ChangeRateEstimator()
+    est.update(Observation(counts={1: 4.0}, iterations=1, presence={}, workers=4))
+    poisson = ChangeRateEstimator()
+    poisson.update(Observation(counts={1: 4.0}, iterations=1))
     assert est.stderr(1) < poisson.stderr(1)

@@ -14,10 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controller.online import Changes, Hysteresis, OnlineController, RateEstimator
+from contract.freqfile import write_frequency
+from controller.online.estimators import RateEstimator
+from controller.online.loop import OnlineController
+from controller.online.policy import Changes, Hysteresis
 from experiment import hotset
 from experiment.runner import HOTSET_EVERY, ExperimentError, PhaseResult, RunConfig
-from hosts.stats import CsvLog, write_frequency
+from hosts.stats import CsvLog
 from hosts.worker import LOG_COLUMNS
 from hosts.workloads import DriftSpec, LogisticWorkload, ZipfWorkload
 
@@ -45,7 +48,7 @@ class FakeSource:
         self.reads = 0
 
     def read(self):
-        from controller.online import Observation
+        from controller.online.observation import Observation
 
         self.reads += 1
         return Observation({7: 40.0}, iteration=2 * self.reads, iterations=2, complete=True)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from contract.constants import KEY_MAX
+from contract.freqfile import write_frequency
 from controller.errors import BadInput
 from controller.hotset import choose, combine, load_stats, parse_stats, rank
 
@@ -23,15 +24,30 @@ def test_parse_uses_the_updates_column_named_by_the_header() -> None:
     assert parse_stats(lines) == {42: 80, 9: 1}
 
 
-def test_parse_reads_the_ps_agents_frequency_file(tmp_path) -> None:
-    stats = pytest.importorskip("hosts.stats")
+def test_load_reads_the_ps_agents_frequency_files(tmp_path) -> None:
     cold = np.zeros(10, dtype=np.int64)
     collected = np.zeros(10, dtype=np.int64)
     cold[[3, 7]] = [5, 40]
     collected[[7, 9]] = [20, 2]
-    path = tmp_path / "freq.csv"
-    stats.write_frequency(path, cold, collected, {"job": 1})
-    assert load_stats(path) == {3: 5, 7: 60, 9: 2}
+    for name in ("freq.csv", "freq.npz"):
+        write_frequency(tmp_path / name, cold, collected, {"job": 1})
+        assert load_stats(tmp_path / name) == {3: 5, 7: 60, 9: 2}
+    # several shards' CSV files concatenated (disjoint keys) count as one
+    other = np.zeros(12, dtype=np.int64)
+    other[[2, 11]] = [4, 1]
+    write_frequency(tmp_path / "freq1.csv", other, np.zeros(12, np.int64), {"job": 1})
+    both = tmp_path / "both.csv"
+    both.write_text((tmp_path / "freq.csv").read_text() + (tmp_path / "freq1.csv").read_text())
+    assert load_stats(both) == {3: 5, 7: 60, 9: 2, 2: 4, 11: 1}
+
+
+def test_load_refuses_a_ps_frequency_file_cut_short(tmp_path) -> None:
+    cold = np.arange(6, dtype=np.int64)
+    write_frequency(tmp_path / "freq.csv", cold, np.zeros(6, np.int64), {"job": 1})
+    text = (tmp_path / "freq.csv").read_text()
+    (tmp_path / "cut.csv").write_text(text.split("\n", 1)[0] + "\n")  # no header row
+    with pytest.raises(BadInput, match=r"cut\.csv: expected the header"):
+        load_stats(tmp_path / "cut.csv")
 
 
 @pytest.mark.parametrize(

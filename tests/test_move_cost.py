@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench import move_cost
-from hosts.ps import LOG_COLUMNS as PS_LOG
+from hosts.ps_log import LOG_COLUMNS as PS_LOG
 from hosts.worker import LOG_COLUMNS as WORKER_LOG
 
 COLUMNS = list(WORKER_LOG)  # the agents' own log formats

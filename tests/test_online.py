@@ -1,4 +1,4 @@
-"""The controller's online loop (controller/online.py): estimator and hysteresis with fakes,
+"""The controller's online loop (controller/online/): estimator and hysteresis with fakes,
 sources against fakes and files, and a real run: the embedded switch's P4Runtime server,
 PS and workers on a drifting workload, and the loop moving keys while they train."""
 
@@ -11,26 +11,18 @@ import time
 import numpy as np
 import pytest
 
+from contract.freqfile import write_frequency
 from controller.cli import main
 from controller.client import SwitchClient
 from controller.errors import BadInput
 from controller.hot_keys import HotKeys
 from controller.jobs import Jobs
-from controller.online import (
-    ChangeRateEstimator,
-    Changes,
-    CombinedSource,
-    Hysteresis,
-    Observation,
-    OnlineController,
-    PSFrequencySource,
-    RateEstimator,
-    SwitchHitsSource,
-    SwitchTarget,
-    read_hits,
-    updates_from_presence,
-)
-from hosts.stats import write_frequency
+from controller.online.estimators import ChangeRateEstimator, RateEstimator
+from controller.online.loop import OnlineController
+from controller.online.observation import Observation, updates_from_presence
+from controller.online.policy import Changes, Hysteresis
+from controller.online.sources import CombinedSource, PSFrequencySource, SwitchHitsSource, read_hits
+from controller.online.switch_target import SwitchTarget
 from hosts.workloads import DriftSpec, ZipfWorkload
 from tests.test_controller import (  # noqa: F401 (the fixtures are used by name)
     P4INFO_PATH,
@@ -513,7 +505,7 @@ def test_ps_frequency_source_reads_cold_counts_per_interval(tmp_path) -> None:
 def test_csv_rows_are_np_savetxt_byte_for_byte() -> None:
     import io
 
-    from hosts.stats import csv_rows
+    from contract.freqfile import csv_rows
 
     rng = np.random.default_rng(5)
     edges = [10**k + d for k in range(16) for d in (-1, 0, 1)] + [2**40 - 1, 2**40, 2**62]
@@ -533,35 +525,35 @@ def test_csv_rows_are_np_savetxt_byte_for_byte() -> None:
 
 @pytest.mark.parametrize("suffix", [".csv", ".npz"])
 def test_ps_rewrites_the_file_in_a_thread_in_order_and_reports_its_failure(
-    tmp_path, suffix: str, request: pytest.FixtureRequest
+    tmp_path, suffix: str
 ) -> None:
-    from hosts.ps import ParameterServer, PSConfig
-    from hosts.stats import read_frequency
+    from contract.freqfile import read_frequency
+    from hosts.ps_config import PSConfig
+    from hosts.ps_frequency import FrequencyCounts
 
     path = tmp_path / f"freq{suffix}"
-    ps = ParameterServer(PSConfig(1, 4, 100, freq_path=str(path), freq_every=2))
-    request.addfinalizer(ps.close)
-    for t in (3, 5):
-        ps.it.number = t  # cur - 1 = iterations the file covers
-        ps.cold_count[7] = t
-        ps._write_frequency(background=True)
-        ps.cold_count[7] = 99  # counted after the rewrite began: not in its file
-    ps._write_frequency()  # the last one: after the rewrite in flight
+    counts = FrequencyCounts(PSConfig(1, 4, 100, freq_path=str(path), freq_every=2))
+    for t in (2, 4):
+        counts.cold[7] = t
+        counts.write(t, background=True)
+        counts.cold[7] = 99  # counted after the rewrite began: not in its file
+    counts.write(5)  # the last one: after the rewrite in flight
     freq = read_frequency(path)
-    assert freq.meta["iterations"] == "4" and freq.cold.tolist() == [99]
+    assert freq.meta["iterations"] == "5" and freq.cold.tolist() == [99]
     path.unlink()
     path.mkdir()  # the next rewrite cannot rename into place
-    ps._write_frequency(background=True)
+    counts.write(6, background=True)
     with pytest.raises(OSError):
-        ps._write_frequency()
+        counts.write(7)
 
 
 def test_a_ps_with_a_live_file_counts_into_it_and_rewrites_nothing(
     tmp_path, request: pytest.FixtureRequest
 ) -> None:
+    from contract.freqfile import read_frequency
     from hosts.agent import AgentError
-    from hosts.ps import ParameterServer, PSConfig
-    from hosts.stats import read_frequency
+    from hosts.ps import ParameterServer
+    from hosts.ps_config import PSConfig
 
     path = tmp_path / "freq.live"
     with pytest.raises(AgentError, match="always current"):
@@ -572,11 +564,11 @@ def test_a_ps_with_a_live_file_counts_into_it_and_rewrites_nothing(
     for t in (1, 2):
         assert ps.cur == t
         ps.it.cold_keys, ps.it.cold_values = [7, 7, 9], [1, 1, 1]
-        ps._apply()  # iteration t's counts: in the file as they are added
+        ps.barrier.finalize()  # server-only: iteration t's counts go into the file at once
         freq = read_frequency(path)
         assert freq.meta["iterations"] == str(t) and freq.meta["workers"] == "4"
         assert dict(zip(freq.keys.tolist(), freq.cold.tolist())) == {7: 2 * t, 9: t}
-    ps._write_frequency()  # at exit: already current, nothing written
+    ps.counts.write(ps.cur - 1)  # at exit: already current, nothing written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["freq.live"]
     assert read_frequency(path).meta == freq.meta
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from hosts.ps import LOG_COLUMNS, IterationState, ParameterServer, Phase, PSConfig
-from hosts.stats import CsvLog
+from contract.codec import encode
+from contract.constants import Op
+from hosts.ps import ParameterServer
+from hosts.ps_barrier import IterationState, Phase
+from hosts.ps_config import PSConfig
 from hosts.switch_cache import CacheBeliefs
 
 
@@ -54,11 +57,11 @@ def test_barrier_phases_of_an_iteration() -> None:
 def test_release_starts_the_next_iteration_state() -> None:
     ps = ParameterServer(PSConfig(1, 1, 10, iterations=2, bind=("127.0.0.1", 0)))
     try:
-        ps._log = CsvLog(None, LOG_COLUMNS)  # run() opens it
         first = ps.it
-        first.done[0] = (0.0, 0.0)
-        ps._addr[0] = ("127.0.0.1", 9)
-        ps._finalize()  # server-only: apply and release at once
+        # the only worker's DONE(1) (seq: the shard): server-only, apply and release at once
+        done = encode(Op.DONE, 1, 0, 0, 1)
+        ps.requests.handle(done, ("127.0.0.1", 9), 0.0)
+        assert list(first.done) == [0] and ps.counters["barrier"] == 1
         assert first.phase is Phase.RELEASED and ps.it.number == ps.cur == 2
         assert ps.it.phase is Phase.ACCUMULATING and ps.it.done == {}
     finally:

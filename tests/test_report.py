@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from contract.freqfile import write_frequency
 from experiment.report import (
     bound_comparison,
     bound_line,
@@ -19,8 +20,8 @@ from experiment.report import (
     short_config,
 )
 from experiment.runner import PhaseResult, RunConfig
-from hosts.ps import LOG_COLUMNS as PS_COLUMNS
-from hosts.stats import CsvLog, write_frequency
+from hosts.ps_log import LOG_COLUMNS as PS_COLUMNS
+from hosts.stats import CsvLog
 from hosts.worker import LOG_COLUMNS as WORKER_COLUMNS
 
 

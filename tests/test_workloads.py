@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from contract.constants import VALUE_SCALE, to_fixed
-from hosts.stats import (
+from contract.freqfile import (
     LiveFrequency,
     LiveReader,
     frequency_meta,
-    params_sha256,
     read_frequency,
     top_keys,
     write_frequency,
 )
+from hosts.stats import params_sha256
 from hosts.workloads import (
     Drift,
     DriftSpec,
@@ -206,7 +206,7 @@ def meta_text(meta: dict) -> dict[str, str]:
 def half_added(path: Path, monkeypatch: pytest.MonkeyPatch) -> LiveFrequency:
     """A .live file with iteration 2 half added, which the PS finishes while a reader waits
     (key 3: 5 then 6, key 4: 1)."""
-    import hosts.stats
+    import contract.freqfile
 
     live = LiveFrequency(path, 10, {"workers": 1})
     live.cold[3] = 5
@@ -218,22 +218,22 @@ def half_added(path: Path, monkeypatch: pytest.MonkeyPatch) -> LiveFrequency:
         live.cold[4] = 1
         live.done(2)
 
-    monkeypatch.setattr(hosts.stats.time, "sleep", ps_finishes)
+    monkeypatch.setattr(contract.freqfile.time, "sleep", ps_finishes)
     return live
 
 
 def test_a_live_read_never_mixes_in_an_iteration_being_added(tmp_path, monkeypatch) -> None:
-    import hosts.stats
+    import contract.freqfile
 
     path = tmp_path / "f.live"
     live = half_added(path, monkeypatch)
     freq = read_frequency(path)
     assert freq.meta["iterations"] == "2" and freq.cold.tolist() == [6, 1]
     waits: list[float] = []
-    monkeypatch.setattr(hosts.stats.time, "sleep", waits.append)
+    monkeypatch.setattr(contract.freqfile.time, "sleep", waits.append)
     live.begin(3)  # and never done (a PS killed half way): the reader takes its last copy
     freq = read_frequency(path)
-    assert freq.meta["iterations"] == "2" and len(waits) == hosts.stats.LIVE_READ_TRIES
+    assert freq.meta["iterations"] == "2" and len(waits) == contract.freqfile.LIVE_READ_TRIES
 
 
 def test_a_live_reader_gives_the_counts_since_its_last_read(tmp_path) -> None:

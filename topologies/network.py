@@ -22,6 +22,7 @@ which touches every Mininet on the machine.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
 import json
@@ -583,7 +584,7 @@ def cleanup(
                 done.append(f"deleted interface {ifname}")
         path.unlink(missing_ok=True)
     if mininet_clean:
-        from mininet.clean import cleanup as mn_cleanup
+        from mininet.clean import cleanup as mn_cleanup  # late: big, and only --mininet needs it
 
         mn_cleanup()
         done.append("ran Mininet's cleanup (mn -c)")
@@ -592,8 +593,6 @@ def cleanup(
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m topologies.network cleanup [--run-id ID] [--mininet]` (for `make stop`)."""
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m topologies.network")
     sub = parser.add_subparsers(dest="command", required=True)
     clean = sub.add_parser("cleanup", help="remove what hotagg runs left behind")

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.constants import CPU_PORT
+from topologies.generate import TopologySpecError, generate, is_spec
 
 ROLES = ("worker", "ps")
 MAX_PORT = 510  # 9-bit port; 511 is BMv2's drop port
@@ -274,8 +275,6 @@ def _seconds(tc_time: str) -> float:
 
 def load_topology(path: str | Path) -> Topology:
     """Read and validate a topology file, or build a generator spec (star:N, ...)."""
-    from topologies.generate import TopologySpecError, generate, is_spec
-
     if is_spec(str(path)) and not Path(path).exists():
         try:
             return parse_topology(generate(str(path)), source=str(path))

@@ -1,0 +1,227 @@
+"""A PS shard's barrier (docs/design.md section 3): once every worker's DONE(t) is in, COLLECT
+iteration t's sums from the switch, invalidate refreshes that missed a contribution, apply
+the cold and collected sums, WRITEBACK the hot keys' new values tagged t+1, and release.
+
+COLLECT and WRITEBACK go through the SwitchChannel (hosts/switch_channel.py); what the PS
+believes the switch cache holds is its CacheBeliefs (hosts/switch_cache.py). DONE_ACK(t)
+leaves as soon as the last WRITEBACK for t+1 is sent, without waiting for the acks: it goes
+out on the same socket to the same first switch, which handles a port's frames in order, so
+the cache is filled before any worker learns it may pull t+1. A WRITEBACK that is lost, or
+ordered after a pull by some other path, only turns that pull into a miss the PS answers.
+The release itself (the DONE_ACKs, the pulls held for t+1) is the caller's `on_release`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from contract.codec import Message
+from contract.constants import INT32_MAX, INT32_MIN
+from hosts.agent import Address
+from hosts.ps_config import PSConfig
+from hosts.ps_frequency import FrequencyCounts
+from hosts.switch_cache import CacheBeliefs
+from hosts.switch_channel import RowWriter, SwitchChannel
+
+
+class Phase(Enum):
+    """Where an iteration is: its pushes are being taken until every worker sent DONE, then
+    the barrier collects the switch's sums, invalidates wrong refreshes, writes back the hot
+    keys, and releases (DONE_ACK to every worker)."""
+
+    ACCUMULATING = "accumulating"
+    COLLECTING = "collecting"
+    INVALIDATING = "invalidating"
+    WRITING_BACK = "writing back"
+    RELEASED = "released"
+
+
+@dataclass
+class IterationState:
+    """The PS's state of the iteration being accumulated (iterations before it are applied)."""
+
+    number: int
+    phase: Phase = Phase.ACCUMULATING
+    done: dict[int, tuple[float, float]] = field(default_factory=dict)  # worker -> DONE times
+    cold_keys: list[int] = field(default_factory=list)  # first-time cold pushes
+    cold_values: list[int] = field(default_factory=list)
+    collected_keys: list[int] = field(default_factory=list)  # the switch's sums
+    collected_sums: list[int] = field(default_factory=list)
+    collected_offsets: list[int] = field(default_factory=list)
+    refreshed: list[tuple[int, int]] = field(default_factory=list)  # (offset, key)
+
+    @property
+    def in_barrier(self) -> bool:
+        return self.phase in (Phase.COLLECTING, Phase.INVALIDATING, Phase.WRITING_BACK)
+
+
+class Barrier:
+    """The iteration a shard accumulates (`it`), and the steps that apply it and move on.
+
+    `params` is the shard's parameter array (applied in place); `counts` counts each key's
+    applied entries; `on_release(it)` is called once iteration `it` is applied and, with
+    collect, its hot keys written back, after `it` has become the next iteration's state."""
+
+    def __init__(
+        self,
+        config: PSConfig,
+        params: np.ndarray,
+        counts: FrequencyCounts,
+        counters: Counter[str],
+        send: Callable[[bytes, Address], None],
+        row: RowWriter,
+        on_release: Callable[[IterationState], None],
+    ) -> None:
+        self.cfg, self.params, self.counts, self.counters = config, params, counts, counters
+        self.it = IterationState(1)
+        # keys whose sums this shard collected: written back after each iteration; a key
+        # leaves when a WRITEBACK_ACK has its mask bit clear
+        self.hot: set[int] = set()
+        # what this PS believes the switch cache holds (docs/design.md section 3)
+        self.cache = CacheBeliefs()
+        self.switch = SwitchChannel(config, send, row, counters, self.cache.refresh_lost)
+        self._on_release = on_release
+
+    @property
+    def cur(self) -> int:
+        """The iteration being accumulated; iterations < cur are applied."""
+        return self.it.number
+
+    @property
+    def finished(self) -> bool:
+        """The configured iterations are all applied."""
+        return self.cfg.iterations is not None and self.cur > self.cfg.iterations
+
+    def busy(self) -> bool:
+        """A step is under way that the switch's replies or timeouts move on (`advance`)."""
+        return self.it.in_barrier or self.switch.writeback_queued()
+
+    def prefill(self) -> None:
+        """WRITEBACK the initial values of this shard's configured hot keys, tagged iteration 1
+        (their offsets seed the PS's belief of what each slot caches)."""
+        cfg = self.cfg
+        if not (cfg.collect and cfg.writeback and cfg.hot_keys):
+            return
+        n, shard = cfg.n_shards, cfg.shard
+        mine = {k: o for k, o in cfg.hot_keys.items() if k < cfg.key_space and k % n == shard}
+        self.hot.update(mine)
+        self.cache.seed(mine)
+        keys = sorted(mine)
+        self.switch.start_writeback(self.cur, keys, self.params[keys].tolist())
+
+    def finalize(self) -> None:
+        """Every worker's DONE for `cur` is in: collect (or, server-only, apply at once)."""
+        if not self.cfg.collect:
+            self._apply()
+            return
+        it = self.it
+        it.phase = Phase.COLLECTING
+        # Ask the switch to move a cached key on to cur + 1 only if this PS holds no cold
+        # part of it for cur: the switch then knows every contribution but those that went
+        # to another slot, which the replies show (see _collected_elsewhere).
+        cold = set(it.cold_keys)
+        self.cache.not_summed(it.number, cold)
+        refresh = self.cache.refreshable(it.number, cold)
+        self.switch.start_collect(it.number, refresh)
+        self.advance()
+
+    def advance(self) -> None:
+        """Tick the switch channel and move the barrier on when its step is complete."""
+        self.switch.tick()
+        it = self.it
+        if it.phase is Phase.COLLECTING and not self.switch.collecting():
+            wrong = self._collected_elsewhere()
+            if wrong:
+                it.phase = Phase.INVALIDATING
+                self.switch.start_invalidate(it.number, wrong)
+            else:
+                self._apply()
+        elif it.phase is Phase.INVALIDATING and not self.switch.invalidating():
+            self._apply()
+        elif it.phase is Phase.WRITING_BACK and not self.switch.writeback_queued():
+            self._release()
+
+    def on_collect_reply(self, m: Message) -> str:
+        """A COLLECT_REPLY: this shard's sums, and the slots the switch refreshed or refused."""
+        it = self.it
+        collecting = it.phase in (Phase.COLLECTING, Phase.INVALIDATING)
+        reply = self.switch.on_collect_reply(m, collecting)
+        for offset in reply.refused:
+            self.cache.refused(offset)
+        for offset, key in reply.refreshed:
+            self.cache.refreshed(offset, key, m.iteration + 1)
+        for key, value, offset in reply.collected:
+            it.collected_keys.append(key)
+            it.collected_sums.append(value)
+            it.collected_offsets.append(offset)
+            self.cache.collected(key, offset)
+            self.hot.add(key)
+        it.refreshed.extend(reply.refreshed)
+        return reply.result
+
+    def on_writeback_ack(self, m: Message) -> str:
+        """A WRITEBACK_ACK: its keys are cached for its iteration, or left the switch."""
+        cached, rejected = self.switch.on_writeback_ack(m)
+        for key in cached:
+            self.cache.written(key, m.iteration)
+        for key in rejected:
+            self.cache.rejected(key)
+        self.hot.difference_update(rejected)
+        return "writeback_ack"
+
+    def _collected_elsewhere(self) -> list[tuple[int, int]]:
+        """Refreshed (offset, key) pairs whose key also had a sum at another offset this
+        iteration (the controller moved it): that cache value lacks those contributions.
+        Also those of COLLECTs given up (--collect-retries), which may have refreshed."""
+        it = self.it
+        wrong = self.cache.take_unsure()
+        if it.refreshed:
+            at: dict[int, set[int]] = {}
+            for key, offset in zip(it.collected_keys, it.collected_offsets):
+                at.setdefault(key, set()).add(offset)
+            wrong += [(o, k) for o, k in it.refreshed if at.get(k, {o}) != {o}]
+        for o, k in wrong:
+            self.cache.forget(o, k)
+        self.counters["refresh_invalidated"] += len(wrong)
+        return wrong
+
+    def _apply(self) -> None:
+        """Apply iteration cur's cold and collected sums, then write back or release."""
+        it = self.it
+        cold = np.array(it.cold_keys, dtype=np.intp)
+        collected = np.array(it.collected_keys, dtype=np.intp)
+        self.counts.add(it.number, cold, collected)
+        for keys, values in ((cold, it.cold_values), (collected, it.collected_sums)):
+            if len(keys):
+                np.subtract.at(self.params, keys, np.array(values, dtype=np.int64))
+        self.counters["collected_entries"] += len(it.collected_keys)
+        it.cold_keys, it.cold_values = [], []
+        it.collected_keys, it.collected_sums, it.collected_offsets = [], [], []
+        if not (self.cfg.collect and self.cfg.writeback and self.hot):
+            self._release()
+            return
+        # Keys the switch refreshed in this pass are cached for cur + 1 already.
+        nxt, holds = self.cur + 1, self.cache.holds
+        keys = np.array(sorted(k for k in self.hot if not holds(k, nxt)), dtype=np.intp)
+        if not len(keys):
+            self._release()
+            return
+        values = self.params[keys]
+        fits = (values >= INT32_MIN) & (values <= INT32_MAX)  # else the PS answers (saturated)
+        self.counters["writeback_skipped"] += int((~fits).sum())
+        it.phase = Phase.WRITING_BACK
+        self.switch.start_writeback(self.cur + 1, keys[fits].tolist(), values[fits].tolist())
+        if not self.switch.writeback_queued():
+            self._release()
+
+    def _release(self) -> None:
+        """Iteration cur is done: the next one starts, and the caller releases the workers."""
+        done = self.it
+        done.phase = Phase.RELEASED
+        self.it = IterationState(done.number + 1)
+        self._on_release(done)

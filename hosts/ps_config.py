@@ -1,0 +1,56 @@
+"""A PS shard's configuration (`python -m hosts.ps`'s options, hosts/ps.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from contract.constants import HOTAGG_PORT, MAX_WORKERS, NUM_SLOTS
+from contract.freqfile import is_live
+from hosts.agent import Address, AgentError
+
+
+@dataclass
+class PSConfig:
+    job_id: int
+    n_workers: int
+    key_space: int
+    iterations: int | None = None  # None: serve until stopped
+    bind: Address = ("127.0.0.1", HOTAGG_PORT)
+    shard: int = 0
+    n_shards: int = 1
+    collect: bool = False
+    switch: Address | None = None  # switch service address for COLLECT/WRITEBACK
+    hot_slots: int = 0  # the job's slot_count
+    writeback: bool = True
+    rto: float = 0.002  # minimum COLLECT timeout (it adapts to the measured RTT)
+    rto_max: float = 0.4
+    collect_retries: int | None = None  # None: ask until answered (the deadline bounds it)
+    collect_window: int = 64
+    linger: float = 1.0  # after the last iteration, keep re-acking DONEs until idle this long
+    max_held: int = 65536
+    deadline: float | None = None
+    log_path: str | None = None
+    freq_path: str | None = None
+    freq_every: int = 0  # also rewrite freq_path every this many iterations (0: only at exit)
+    params_path: str | None = None
+    summary_path: str | None = None
+    # key -> slot offset (or None) of the keys the controller made hot: written back before
+    # iteration 1, so that the cache serves pulls from the start
+    hot_keys: dict[int, int | None] | None = None
+
+    def validate(self) -> None:
+        if not 0 <= self.job_id < 1 << 16:
+            raise AgentError(f"job id {self.job_id} must be 0..65535")
+        if not 1 <= self.n_workers <= MAX_WORKERS:
+            raise AgentError(f"workers must be 1..{MAX_WORKERS}")
+        if self.key_space < 1 or not 0 <= self.shard < self.n_shards:
+            raise AgentError("key space >= 1 and 0 <= shard < shards are required")
+        if self.collect and (self.switch is None or not 1 <= self.hot_slots <= NUM_SLOTS):
+            raise AgentError(f"collect needs --switch and --hot-slots 1..{NUM_SLOTS}")
+        retries_bad = self.collect_retries is not None and self.collect_retries < 0
+        if self.freq_every < 0 or (self.freq_every and not self.freq_path):
+            raise AgentError("--freq-every needs --freq and must be >= 0")
+        if self.freq_every and is_live(self.freq_path or ""):
+            raise AgentError("--freq-every rewrites a file; a .live --freq is always current")
+        if self.rto <= 0 or self.rto_max < self.rto or retries_bad:
+            raise AgentError("0 < rto <= rto_max and collect_retries >= 0 are required")
