@@ -64,8 +64,9 @@ class Message(NamedTuple):
     version: int = VERSION
     cached: int = 0  # COLLECT_REPLY: entries whose slot cache now holds the next iteration
 
+    # The header's field name; it hides tuple.count(value), which nothing here needs.
     @property
-    def count(self) -> int:
+    def count(self) -> int:  # type: ignore[override]
         return len(self.keys)
 
 
@@ -75,8 +76,8 @@ def encode(
     worker_id: int,
     seq: int,
     iteration: int,
-    keys: Sequence[int] = (),
-    values: Sequence[int] | None = None,
+    keys: Sequence[int] | np.ndarray = (),
+    values: Sequence[int] | np.ndarray | None = None,
     *,
     flags: int = 0,
     mask: int = 0,

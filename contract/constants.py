@@ -6,12 +6,14 @@ Where each number is defined:
   version (p4src/include/types.p4) are read from the `const` lines of those files when this
   module is imported (contract/p4files.py). The P4 files are what p4c compiles for BMv2, so
   making them the only place the numbers are written means the embedded switch, the agents and
-  the controller cannot disagree with the compiled program: a change there reaches Python
+  the controller cannot disagree with the compiled program: a changed number there reaches Python
   without a second edit, and a name Python needs that disappears from the P4 fails at import
   with the file's name instead of running with a stale value. The alternative, the numbers
   also written here and a test that compares, catches a mismatch only when the tests run.
   The price is that these modules need the p4src/ tree beside them, which every way of running
   hotagg (a checkout, the editable install) has; the committed P4Info is read from there too.
+  The `Op` and `Stat` members are written out below, so that a type checker knows them, and
+  each takes its value from the P4; an OP_* or STAT_* const without a member fails at import.
 - numbers that are not in the P4 program (fixed-point scale, int32 and key ranges, the
   Python-side op groupings) are defined below.
 
@@ -72,21 +74,72 @@ IPV4_LPM_SIZE = _p4("IPV4_LPM_SIZE")
 WORKER_ADMISSION_SIZE = _p4("WORKER_ADMISSION_SIZE")
 PS_ADMISSION_SIZE = _p4("PS_ADMISSION_SIZE")
 
-# Ops (OP_* of types.p4; OP_MAX is the largest valid op, not an op).
-Op = IntEnum(
-    "Op",
-    [(k[3:], v) for k, v in _P4.items() if k.startswith("OP_") and k != "OP_MAX"],
-    module=__name__,
-)
-Op.__doc__ = "The `op` field of the hotagg header (OP_* in p4src/include/types.p4)."
+
+class Op(IntEnum):
+    """The `op` field of the hotagg header (OP_* in p4src/include/types.p4)."""
+
+    # Written out so a type checker sees the members; the values are still the P4's.
+    PUSH = _p4("OP_PUSH")
+    PUSH_ACK = _p4("OP_PUSH_ACK")
+    PULL = _p4("OP_PULL")
+    PULL_REPLY = _p4("OP_PULL_REPLY")
+    DONE = _p4("OP_DONE")
+    DONE_ACK = _p4("OP_DONE_ACK")
+    COLLECT = _p4("OP_COLLECT")
+    COLLECT_REPLY = _p4("OP_COLLECT_REPLY")
+    WRITEBACK = _p4("OP_WRITEBACK")
+    WRITEBACK_ACK = _p4("OP_WRITEBACK_ACK")
+
+
+class Stat(IntEnum):
+    """Cells of the switch's `HotaggIngress.stats` counter (STAT_* in types.p4)."""
+
+    MALFORMED = _p4("STAT_MALFORMED")
+    UNKNOWN_OP = _p4("STAT_UNKNOWN_OP")
+    UNKNOWN_JOB = _p4("STAT_UNKNOWN_JOB")
+    BAD_WORKER = _p4("STAT_BAD_WORKER")
+    SIM_DROP = _p4("STAT_SIM_DROP")
+    PUSH = _p4("STAT_PUSH")
+    PUSH_DUP = _p4("STAT_PUSH_DUP")
+    PUSH_STALE = _p4("STAT_PUSH_STALE")
+    HOT_APPLIED = _p4("STAT_HOT_APPLIED")
+    COLD_FORWARDED = _p4("STAT_COLD_FORWARDED")
+    OVERFLOW = _p4("STAT_OVERFLOW")
+    SLOT_CONFLICT = _p4("STAT_SLOT_CONFLICT")
+    PUSH_SWITCH_ACK = _p4("STAT_PUSH_SWITCH_ACK")
+    PULL = _p4("STAT_PULL")
+    PULL_HIT = _p4("STAT_PULL_HIT")
+    PULL_MISS = _p4("STAT_PULL_MISS")
+    COLLECT = _p4("STAT_COLLECT")
+    WRITEBACK = _p4("STAT_WRITEBACK")
+    CACHE_WRITE = _p4("STAT_CACHE_WRITE")
+    NO_ROUTE = _p4("STAT_NO_ROUTE")
+    BAD_SLOT = _p4("STAT_BAD_SLOT")
+    PASS = _p4("STAT_PASS")
+    FOREIGN_WORKER = _p4("STAT_FOREIGN_WORKER")
+    FOREIGN_PS = _p4("STAT_FOREIGN_PS")
+
+
+def _check_declares_every_const(enum: type[IntEnum], prefix: str, *not_members: str) -> None:
+    """A `prefix` const of the P4 with no member here fails at import, as a missing one does:
+    otherwise a packet or a counter cell carrying the new number would not convert."""
+    declared = {prefix + name for name in enum.__members__}
+    undeclared = [
+        k for k in _P4 if k.startswith(prefix) and k not in declared and k not in not_members
+    ]
+    if undeclared:
+        raise ContractError(
+            f"{TYPES_P4.name} defines {', '.join(undeclared)} but contract/constants.py's"
+            f" {enum.__name__} does not declare it"
+        )
+
+
+# OP_MAX is the largest valid op, not an op.
+_check_declares_every_const(Op, "OP_", "OP_MAX")
 if max(Op) != _p4("OP_MAX"):
     raise ContractError(f"OP_MAX is {_p4('OP_MAX')} but the largest op is {max(Op)!r}")
+_check_declares_every_const(Stat, "STAT_")
 
-# Stats reasons (STAT_* of types.p4).
-Stat = IntEnum(
-    "Stat", [(k[5:], v) for k, v in _P4.items() if k.startswith("STAT_")], module=__name__
-)
-Stat.__doc__ = "Cells of the switch's `HotaggIngress.stats` counter (STAT_* in types.p4)."
 
 # --- Python side only ---
 VALUE_SCALE = 1 << 16  # fixed point: real value = wire value / 65536 (docs/design.md §1)

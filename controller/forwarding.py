@@ -74,11 +74,11 @@ def compute_routes(topo: Topology, switch: str) -> list[Route]:
     attached: dict[str, list[tuple[str, int]]] = {s: [] for s in topo.switches}  # host, port
     neighbours: dict[str, list[tuple[int, str]]] = {s: [] for s in topo.switches}
     for link in topo.links:
-        if link.is_host_link:
-            attached[link.node2].append((link.node1, link.port2))  # type: ignore[arg-type]
+        if link.port1 is None:  # a host link (Link.is_host_link), written so port1 narrows
+            attached[link.node2].append((link.node1, link.port2))
         else:
-            neighbours[link.node1].append((link.port1, link.node2))  # type: ignore[arg-type]
-            neighbours[link.node2].append((link.port2, link.node1))  # type: ignore[arg-type]
+            neighbours[link.node1].append((link.port1, link.node2))
+            neighbours[link.node2].append((link.port2, link.node1))
     # BFS from `switch`: first hop (port, next switch) toward every reachable switch.
     first_hop: dict[str, tuple[int, str] | None] = {switch: None}
     todo = deque([switch])
@@ -92,10 +92,11 @@ def compute_routes(topo: Topology, switch: str) -> list[Route]:
     for sw in sorted(first_hop):
         for host, port in attached[sw]:
             ip = int(ipaddress.IPv4Address(topo.hosts[host].ip))
-            if sw == switch:
+            first = first_hop[sw]
+            if first is None:  # sw is `switch`: the host is on one of its ports
                 routes.append(Route(ip, 32, parse_mac(topo.hosts[host].mac), port))
             else:
-                hop_port, hop = first_hop[sw]  # type: ignore[misc]
+                hop_port, hop = first
                 routes.append(Route(ip, 32, parse_mac(topo.switches[hop].router_mac), hop_port))
     return sorted(routes, key=lambda r: r.prefix)
 
@@ -120,6 +121,7 @@ class Forwarding:
         for entry in self.client.read_table(self.p4info.wildcard(TABLE)):
             e = self.p4info.decode_entry(entry)
             if e.action == FORWARD:
+                # dst_addr is lpm, so it decodes to (value, prefix length), never an int
                 prefix, plen = e.match["dst_addr"]  # type: ignore[misc]
                 out.append(Route(prefix, plen, e.params["dst_mac"], e.params["port"]))
         return sorted(out, key=lambda r: (r.prefix, r.prefix_len))

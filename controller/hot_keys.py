@@ -14,6 +14,7 @@ exact: slot tags, not lookup consistency, keep the sums right (docs/design.md).
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -94,6 +95,7 @@ class HotKeys:
             request = self.p4info.wildcard(hot_keys_table(i), counters=counters)
             for raw in self.client.read_table(request):
                 e = self.p4info.decode_entry(raw)
+                # exact fields decode to int (MatchValue's tuple is lpm's)
                 jid, key = int(e.match["job_id"]), int(e.match["key"])  # type: ignore[arg-type]
                 if job_id is not None and jid != job_id:
                     continue
@@ -112,11 +114,14 @@ class HotKeys:
                     hk.instance_packets[i] = e.packets
         return [found[k] for k in sorted(found)]
 
-    def _entries(self, i: int, job_id: int, pairs: Iterable[tuple[int, int]]) -> list[bytes]:
+    # builtins.list: in the class body, `list` is the method above
+    def _entries(
+        self, i: int, job_id: int, pairs: Iterable[tuple[int, int]]
+    ) -> builtins.list[bytes]:
         enc = self._with_slot[i]
         return [enc((job_id, key), (offset,)) for key, offset in pairs]
 
-    def _keys(self, i: int, job_id: int, keys: Iterable[int]) -> list[bytes]:
+    def _keys(self, i: int, job_id: int, keys: Iterable[int]) -> builtins.list[bytes]:
         enc = self._keys_only[i]
         return [enc((job_id, key)) for key in keys]
 

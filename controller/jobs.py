@@ -89,6 +89,7 @@ class Jobs:
         jobs = []
         for entry in self.client.read_table(self.p4info.wildcard(TABLE)):
             e = self.p4info.decode_entry(entry)
+            # job_id is exact, so it decodes to int (MatchValue's tuple is lpm's)
             jobs.append(Job(int(e.match["job_id"]), **e.params))  # type: ignore[arg-type]
         return sorted(jobs, key=lambda j: j.job_id)
 

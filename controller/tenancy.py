@@ -92,11 +92,11 @@ def _peers(topo: Topology) -> Peers:
     """(switch, port) -> (node, port) at the link's other end; port None for a host."""
     peer: Peers = {}
     for link in topo.links:
-        if link.is_host_link:
-            peer[(link.node2, link.port2)] = (link.node1, None)  # type: ignore[index]
+        if link.port1 is None:  # a host link (Link.is_host_link), written so port1 narrows
+            peer[(link.node2, link.port2)] = (link.node1, None)
         else:
-            peer[(link.node1, link.port1)] = (link.node2, link.port2)  # type: ignore[index]
-            peer[(link.node2, link.port2)] = (link.node1, link.port1)  # type: ignore[index]
+            peer[(link.node1, link.port1)] = (link.node2, link.port2)
+            peer[(link.node2, link.port2)] = (link.node1, link.port1)
     return peer
 
 
@@ -135,7 +135,8 @@ def admissions_from_topology(
     for host in (*workers, *ps):
         if host not in topo.hosts:
             raise TopologyError(f"no host {host!r} in {topo.source} (have {sorted(topo.hosts)})")
-    peers, routes = _peers(topo), {}
+    peers: Peers = _peers(topo)
+    routes: dict[str, list[Route]] = {}
     out: set[Admission] = set()
     for worker_id, host in enumerate(workers):
         addr = topo.hosts[host].ip
@@ -163,11 +164,11 @@ class Tenancy:
 
     def _entry(self, a: Admission, with_action: bool = True) -> p4runtime_pb2.TableEntry:
         match: dict[str, int] = {"job_id": a.job_id, "ingress_port": a.port, "src_addr": a.addr}
-        if a.is_ps:
+        if a.worker_id is None:  # a PS (Admission.is_ps), written so worker_id narrows
             table = PS_TABLE
         else:
             table = WORKER_TABLE
-            match["worker_id"] = a.worker_id  # type: ignore[assignment]
+            match["worker_id"] = a.worker_id
         return self.p4info.table_entry(table, match, ADMIT if with_action else None, {})
 
     def list(self, job_id: int | None = None) -> list[Admission]:
@@ -175,8 +176,10 @@ class Tenancy:
         for table in (PS_TABLE, WORKER_TABLE):
             for entry in self.client.read_table(self.p4info.wildcard(table)):
                 m = self.p4info.decode_entry(entry).match
+                # every field is exact, so each decodes to int (MatchValue's tuple is lpm's)
                 worker = int(m["worker_id"]) if "worker_id" in m else None  # type: ignore[arg-type]
-                a = Admission(int(m["job_id"]), worker, int(m["ingress_port"]), int(m["src_addr"]))  # type: ignore[arg-type]
+                job, port, addr = int(m["job_id"]), int(m["ingress_port"]), int(m["src_addr"])  # type: ignore[arg-type]
+                a = Admission(job, worker, port, addr)
                 if job_id is None or a.job_id == job_id:
                     out.append(a)
         return sorted(out, key=_order)

@@ -101,7 +101,7 @@ class Request(Generic[C]):
     msg: Message
     dest: Address
     kind: str  # counter prefix: pull, push, done, collect, invalidate, writeback
-    context: C | None = None  # the caller's (e.g. where a PULL's values go)
+    context: C  # the caller's (e.g. where a PULL's values go; None if it needs none)
     retries: int | None = None  # resends allowed; None: until answered
     data: bytes = field(default=b"", repr=False)  # the first transmission (encoded if empty)
     first: float = 0.0

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from contract.codec import Message
 from contract.constants import FLAG_INVALIDATE, MAX_ENTRIES, Op
-from hosts.agent import Address, RttEstimator
+from hosts.agent import Address, AgentError, RttEstimator
 from hosts.ps_config import PSConfig
 from hosts.reliable import ReliableChannel, Request, Window
 
@@ -153,7 +153,7 @@ class SwitchChannel:
         # The switch answers in order: an unanswered COLLECT sent (last) before this one was
         # first sent is lost, or its reply is; the engine asks again now.
         self._net.answered(r, m, ordered=True)
-        self._row(r.wall, r.wall, time.time(), "COLLECT", m, "collected", self.cfg.switch)
+        self._row(r.wall, r.wall, time.time(), "COLLECT", m, "collected", r.dest)
         if kind == "invalidate":
             out.result = "invalidate_reply"
             return out
@@ -187,7 +187,7 @@ class SwitchChannel:
         r = self._net.lookup(m.seq)
         if r is not None and r.kind == "writeback" and not self._net.spurious(m):
             self._net.answered(r, m, ordered=True)
-            self._row(r.wall, r.wall, time.time(), "WRITEBACK", m, "cached", self.cfg.switch)
+            self._row(r.wall, r.wall, time.time(), "WRITEBACK", m, "cached", r.dest)
         return cached, rejected
 
     # --- machinery ---
@@ -195,11 +195,14 @@ class SwitchChannel:
     def _start(self, kind: str, iteration: int, items: list[_Item]) -> None:
         """Give up `kind`'s packets of the previous iteration, queue these and send."""
         self._net.cancel(kind)
-        cfg, op, reqs = self.cfg, _OPS[kind], []
+        cfg, op = self.cfg, _OPS[kind]
+        if cfg.switch is None:  # PSConfig.validate: collect, which starts these, needs a switch
+            raise AgentError(f"PS shard {cfg.shard} has no switch address to send {kind} to")
+        reqs: list[Request[None]] = []
         for keys, values, mask, flags in items:
             m = Message(op, flags, cfg.job_id, cfg.shard, self._seq, iteration, mask)
             m = m._replace(keys=tuple(keys), values=tuple(values))
-            reqs.append(Request(m, cfg.switch, kind, retries=self._retries[kind]))
+            reqs.append(Request(m, cfg.switch, kind, None, retries=self._retries[kind]))
             self._seq += 1
         self._net.submit(reqs)
         self._net.pump()
@@ -211,11 +214,11 @@ class SwitchChannel:
             for i, (key, offset) in enumerate(zip(r.msg.keys, r.msg.values)):
                 if r.msg.mask >> i & 1:
                     self._refresh_lost(offset, key)
-        self._row(r.wall, r.wall, None, r.msg.op.name, None, "unanswered", cfg.switch)
+        self._row(r.wall, r.wall, None, Op(r.msg.op).name, None, "unanswered", r.dest)
         if r.msg.op == Op.COLLECT and not self._warned_lost:
             self._warned_lost = True
             print(
-                f"PS shard {cfg.shard}: COLLECT to {cfg.switch[0]}:{cfg.switch[1]} "
+                f"PS shard {cfg.shard}: COLLECT to {r.dest[0]}:{r.dest[1]} "
                 f"unanswered after {r.tries} retries; iteration {r.msg.iteration} may miss "
                 "switch sums (is the switch there?)",
                 file=sys.stderr,

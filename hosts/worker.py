@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
@@ -214,10 +214,11 @@ class Worker:
             # While waiting for DONE_ACK(t) the worker prepares iteration t+1's pulls, and
             # while its pulls for t+1 are out it logs iteration t: neither is on the path
             # from one barrier to the next.
-            nxt = self._prepare_pull(1)
+            nxt: tuple[np.ndarray, list[_Request]] | None = self._prepare_pull(1)
             for t in range(1, cfg.iterations + 1):
                 t0 = time.perf_counter()
                 self._iteration = t
+                assert nxt is not None  # _done returned prepare's result: t is not the last
                 keys, reqs = nxt
                 pulled = self._pull(t, reqs, len(keys), self._flush_log)
                 step = self.workload.step(cfg.worker_id, t, keys, pulled)
@@ -250,8 +251,9 @@ class Worker:
 
     def _flush_log(self) -> None:
         """Write the finished iteration's row (deferred off the barrier-to-barrier path)."""
-        if self._unlogged is not None:
-            self._unlogged, write = None, self._unlogged
+        write = self._unlogged
+        if write is not None:
+            self._unlogged = None
             write()
 
     def _log_iteration(
@@ -295,7 +297,9 @@ class Worker:
 
     # --- grouping ---
 
-    def _groups(self, keys: np.ndarray, hot_set: set[int]):
+    def _groups(
+        self, keys: np.ndarray, hot_set: set[int]
+    ) -> Iterator[tuple[int, bool, np.ndarray]]:
         """Yield (shard, hot, positions) chunks of at most MAX_ENTRIES keys each, keys in
         `hot_set` in chunks of their own."""
         shard_of = keys % np.uint64(self._n_shards)

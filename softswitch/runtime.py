@@ -141,7 +141,7 @@ class Runtime:
         self.bufsize = bufsize
         self.socks: dict[int, socket.socket] = {}
         self.tagged_socks: dict[int, socket.socket] = {}  # VLAN-tagged frames (module doc)
-        self.stats = collections.Counter()
+        self.stats: collections.Counter[str] = collections.Counter()
         self._injected: collections.deque[tuple[int, bytes]] = collections.deque()
         self._wake_r = self._wake_w = -1
         self._stop = threading.Event()

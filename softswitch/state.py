@@ -146,7 +146,7 @@ class Table:
                 f"{self.name} takes {len(self.fields)} match field(s) "
                 f"{[f.name for f in self.fields]}, got {match!r}"
             )
-        out = []
+        out: list[int | tuple[int, int]] = []  # exact: value; lpm: (value, prefix_len)
         for f, v in zip(self.fields, match):
             what = f"{self.name} field {f.name}"
             if f.kind == "exact":

@@ -7,6 +7,7 @@ the files use, the names Python relies on, and that nothing loads Scapy just for
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pkgutil
 import re
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from contract import constants, names
+from contract import constants, names, p4files
 from contract.p4files import (
     IDS_P4,
     SIZES_P4,
@@ -139,6 +140,29 @@ def test_enums_follow_the_p4_consts():
     assert constants.Op.PUSH == 1 and constants.Stat.MALFORMED == 0
     ops = set(constants.Op)
     assert ops.issuperset(constants.SWITCH_OPS) and ops.issuperset(constants.REPLY_OP)
+
+
+def import_constants_reading(types_p4: Path, monkeypatch) -> None:
+    """Run contract/constants.py afresh (not the imported module) with `types_p4` as types.p4."""
+    monkeypatch.setattr(p4files, "TYPES_P4", types_p4)
+    spec = importlib.util.spec_from_file_location("constants_under_test", constants.__file__)
+    assert spec is not None and spec.loader is not None
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
+def test_a_p4_name_python_lacks_or_needs_fails_at_import(tmp_path, monkeypatch):
+    types_p4 = tmp_path / "types.p4"
+    text = TYPES_P4.read_text()
+    types_p4.write_text(text)
+    import_constants_reading(types_p4, monkeypatch)  # the copy itself imports
+
+    types_p4.write_text(re.sub(r"^.*\bOP_PULL_REPLY\b.*$", "", text, flags=re.M))
+    with pytest.raises(ContractError, match=r"OP_PULL_REPLY is not defined in types\.p4"):
+        import_constants_reading(types_p4, monkeypatch)
+
+    types_p4.write_text(text + "\nconst stat_t STAT_NEW_REASON = 99;\n")
+    with pytest.raises(ContractError, match=r"types\.p4 defines STAT_NEW_REASON but .* Stat does"):
+        import_constants_reading(types_p4, monkeypatch)
 
 
 def test_derived_sizes_agree():

@@ -36,9 +36,9 @@ class Net:
         return out
 
 
-def push(seq: int, dest=PS, **kw) -> Request:
+def push(seq: int, dest=PS, context=None, **kw) -> Request:
     m = Message(Op.PUSH, 0, 1, 2, seq, 1, 0, (seq,), (seq * 10,))
-    return Request(m, dest, "push", **kw)
+    return Request(m, dest, "push", context, **kw)
 
 
 def ack(seq: int, flags: int = 0) -> Message:
@@ -148,7 +148,7 @@ def test_retry_budget_give_up_and_cancel() -> None:
     ch.pump()
     assert lost == [wb] and counters["push_unanswered"] == 1  # sent once, given up
     assert [m.seq for m, _ in net.take()] == [1, 2, 2]  # 2 resent once
-    ch.submit([Request(push(3).msg, PS, "collect")])
+    ch.submit([Request(push(3).msg, PS, "collect", None)])
     ch.cancel("push")
     assert [r.id for r in lost] == [1, 2] and ch.busy() and not ch.busy("push")
     ch.cancel("collect")

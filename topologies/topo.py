@@ -52,7 +52,7 @@ def switch_intf_name(prefix: str, switch: str, port: int) -> str:
 class HotaggTopo(Topo):
     """Hosts, switches and links of a Topology, with per-link TCLink shaping where given."""
 
-    def build(  # type: ignore[override]
+    def build(
         self,
         topology: Topology,
         switch_cls: type | None = None,
@@ -131,14 +131,14 @@ class HotaggTopo(Topo):
             params.update(cls=HtbLink, txo=False, rxo=False)
         else:
             params["cls"] = PlainLink
-        if link.is_host_link:
+        if link.port1 is None:  # a host link (Link.is_host_link), written so port1 narrows
             self.addLink(
                 link.node1,
                 link.node2,
                 port1=0,
                 port2=link.port2,
                 intfName1=HOST_INTF,
-                intfName2=switch_intf_name(prefix, link.node2, link.port2),  # type: ignore[arg-type]
+                intfName2=switch_intf_name(prefix, link.node2, link.port2),
                 **params,
             )
         else:
@@ -147,8 +147,8 @@ class HotaggTopo(Topo):
                 link.node2,
                 port1=link.port1,
                 port2=link.port2,
-                intfName1=switch_intf_name(prefix, link.node1, link.port1),  # type: ignore[arg-type]
-                intfName2=switch_intf_name(prefix, link.node2, link.port2),  # type: ignore[arg-type]
+                intfName1=switch_intf_name(prefix, link.node1, link.port1),
+                intfName2=switch_intf_name(prefix, link.node2, link.port2),
                 **params,
             )
 

@@ -116,12 +116,12 @@ class Switch:
 
 @dataclass(frozen=True)
 class Link:
-    """node1 is the host for a host link; port is None for a host end."""
+    """node1 is the host for a host link; port is None for a host end (node2 is a switch)."""
 
     node1: str
     port1: int | None
     node2: str
-    port2: int | None
+    port2: int
     latency: str = "0ms"
     bandwidth: float | None = None  # Mbit/s
     loss: float = 0.0  # percent
@@ -352,7 +352,7 @@ def parse_topology(data: Any, source: str = "<memory>") -> Topology:
         if link.is_host_link:
             if link.node1 in attach:
                 raise fail(f"link {i}: host {link.node1} has a second link (one per host)")
-            attach[link.node1] = (link.node2, link.port2)  # type: ignore[assignment]
+            attach[link.node1] = (link.node2, link.port2)
     unlinked = sorted(set(hosts) - set(attach))
     if unlinked:
         raise fail(f"hosts {unlinked} have no link to a switch")
@@ -519,13 +519,15 @@ def _parse_link(i: int, raw: Any, hosts: dict, switches: dict, fail: Fail) -> Li
         spec = dict(raw)
     else:
         raise fail(f"{where}: a link is a list [end1, end2, ...] or an object")
-    ends = [_parse_end(spec[k], where, hosts, switches, fail) for k in ("node1", "node2")]
-    if ends[0][1] is None and ends[1][1] is None:
+    (node1, port1), (node2, port2) = (
+        _parse_end(spec[k], where, hosts, switches, fail) for k in ("node1", "node2")
+    )
+    if port2 is None:  # host end first, as the tutorials order it
+        node1, port1, node2, port2 = node2, port2, node1, port1
+    if port2 is None:
         raise fail(f"{where}: joins two hosts; hosts connect to switches")
-    if ends[0][0] == ends[1][0]:
-        raise fail(f"{where}: both ends are on {ends[0][0]}")
-    if ends[1][1] is None:  # host end first, as the tutorials order it
-        ends.reverse()
+    if node1 == node2:
+        raise fail(f"{where}: both ends are on {node1}")
     latency = _parse_latency(spec.get("latency", "0ms"), where, fail)
     bw = spec.get("bandwidth")
     if bw is not None and (isinstance(bw, bool) or not isinstance(bw, (int, float)) or bw <= 0):
@@ -534,10 +536,10 @@ def _parse_link(i: int, raw: Any, hosts: dict, switches: dict, fail: Fail) -> Li
     if isinstance(loss, bool) or not isinstance(loss, (int, float)) or not 0 <= loss <= 100:
         raise fail(f"{where}: loss {loss!r} must be a percentage in 0..100")
     return Link(
-        ends[0][0],
-        ends[0][1],
-        ends[1][0],
-        ends[1][1],
+        node1,
+        port1,
+        node2,
+        port2,
         latency,
         None if bw is None else float(bw),
         float(loss),

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from contract import names
 from softswitch import schema
 from softswitch.pipeline import ingress
 from softswitch.state import Counter, Register, Table
+
+if TYPE_CHECKING:
+    from softswitch.pipeline.forwarding import HeadKey, HeadTemplate, Route
 
 
 class Pipeline:
@@ -54,10 +58,10 @@ class Pipeline:
         self.digest_sink: Callable[[tuple[int, ...]], None] | None = None
         self.digests: list[tuple[int, ...]] = []
         # ipv4_lpm decisions by destination, valid while route_gen == t_lpm._gen (forwarding)
-        self.route_cache: dict[int, tuple | None] = {}
+        self.route_cache: dict[int, Route] = {}
         self.route_gen = -1
         # first bytes of PUSH outputs by input head (forwarding.head_template), same validity
-        self.head_cache: dict[int, dict] = {}
+        self.head_cache: dict[int, dict[HeadKey, HeadTemplate]] = {}
         self.head_gen = -1
 
     # process(ingress_port, frame) -> [(egress_port, bytes)]; a plain function as the method

@@ -6,8 +6,9 @@ CPU_PORT carries a packet_in header with the port it came in on.
 
 from __future__ import annotations
 
+from enum import Enum
 from struct import Struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from contract import names
 from contract.constants import CPU_PORT, Stat
@@ -34,6 +35,11 @@ from softswitch.pipeline.parser import (
 if TYPE_CHECKING:
     from softswitch.pipeline import Pipeline
 
+    # ipv4_lpm's decision for a destination (_decide) and a cached head (_head_template)
+    Route = tuple[int, bytes | None] | None
+    HeadKey = tuple[bytes, bytes, bytes]
+    HeadTemplate = tuple[int, bytes, int] | None
+
 IPV4_FORWARD = names.ACTION_IPV4_FORWARD
 SEND_TO_CPU = names.ACTION_SEND_TO_CPU
 NO_ROUTE = Stat.NO_ROUTE.value
@@ -52,10 +58,18 @@ def emit(out: bytearray, port: int, ingress_port: int) -> Output:
 
 
 ROUTE_CACHE_SIZE = 4096  # destinations remembered per version of ipv4_lpm
-_MISS = object()
 
 
-def _decide(p: Pipeline, dst: int) -> tuple[int, bytes | None] | None:
+class _Miss(Enum):
+    """Not cached yet (None is a cached decision: drop); an enum so a type checker narrows."""
+
+    MISS = 0
+
+
+_MISS: Final = _Miss.MISS
+
+
+def _decide(p: Pipeline, dst: int) -> Route:
     """What ipv4_lpm does with `dst`: (port, new destination MAC) for ipv4_forward,
     (CPU_PORT, None) for send_to_cpu, None for drop."""
     t = p.t_lpm
@@ -161,9 +175,7 @@ def head_out(
     return port, out
 
 
-def _head_template(
-    p: Pipeline, key: tuple[bytes, bytes, bytes], change: int, shrink: int
-) -> tuple[int, bytes, int] | None:
+def _head_template(p: Pipeline, key: HeadKey, change: int, shrink: int) -> HeadTemplate:
     """(port, output head for IPv4 id 0, its header's ones' complement sum) or None."""
     before_id, after_id, after_csum = key
     out = bytearray(b"".join((before_id, b"\0\0", after_id, b"\0\0", after_csum, b"\0\0")))

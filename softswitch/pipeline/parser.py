@@ -71,7 +71,7 @@ def set_ipv4_checksum(buf: bytearray) -> None:
     buf[IP_CSUM + 1] = s & 0xFF
 
 
-def is_ipv4(frame: bytes) -> bool:
+def is_ipv4(frame: bytes | bytearray) -> bool:
     return len(frame) >= MIN_IPV4 and frame[12] == 0x08 and frame[13] == 0x00
 
 
@@ -112,7 +112,7 @@ def remove_entries(frame: bytes, count: int, mask: int) -> tuple[bytearray, int]
     return out, kept
 
 
-def answer_headers(out: bytearray, frame: bytes, shrink: int) -> None:
+def answer_headers(out: bytearray, frame: bytes | bytearray, shrink: int) -> None:
     """IPv4 and UDP of `frame` as the switch's answer with `shrink` bytes of entries less, into
     `out`: shrink_lengths, make_reply's address and port swaps and processed's UDP checksum
     0, in two struct calls."""
