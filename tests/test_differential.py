@@ -68,7 +68,8 @@ from controller.stats import Stats
 from tests.conftest import TEST_JOBS, SwitchUnderTest, running_switch
 from tests.packet_harness import N_PORTS, frame, host_mac, plain_udp
 
-pytestmark = [pytest.mark.root]
+# Both targets at once, and thousands of frames with a marker round after each: slow.
+pytestmark = [pytest.mark.root, pytest.mark.bmv2, pytest.mark.slow]
 
 SEED = int(os.environ.get("HOTAGG_DIFF_SEED", "20261201"))
 N_FRAMES = int(os.environ.get("HOTAGG_DIFF_FRAMES", "3000"))
