@@ -52,7 +52,7 @@ SEEDS ?=
 SHARDS ?=
 PYTEST_ARGS ?=
 
-.PHONY: all run sweep test build bench stop clean clean-results lint format check-p4info help
+.PHONY: all run sweep test test-fast build bench stop clean clean-results lint format check-p4info help
 
 all: help
 
@@ -62,6 +62,7 @@ help:
 	@echo "  make sweep          a grid of runs (WORKERS=4,8,16 SKEW=1.1,1.3 SEEDS=1,2 ...); sweeps/<id>/"
 	@echo "  make stop           stop this checkout's runs (RUN=<id>: that run) and clean up after them"
 	@echo "  make test           install on first use, lint, run the test suite (PYTEST_ARGS=...)"
+	@echo "  make test-fast      the same without the BMv2 variants and the slow tests (PYTEST_ARGS=...)"
 	@echo "  make lint           ruff check and ruff format --check"
 	@echo "  make format         ruff format and ruff check --fix"
 	@echo "  make build          compile p4src/ with p4c-bm2-ss into build/ (if p4c is installed)"
@@ -102,6 +103,13 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -ra $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+
+# The fast lane: units, P4Runtime and the packet tests on the embedded target. The markers
+# are pyproject.toml's; tests/conftest.py says which tests are slow.
+test-fast: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest -ra -m 'not slow and not bmv2' $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 build:
 	@if ! command -v p4c-bm2-ss >/dev/null 2>&1; then \

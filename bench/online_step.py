@@ -28,12 +28,13 @@ from pathlib import Path
 import numpy as np
 
 from bench import emit
+from contract.p4files import P4INFO_PATH
 
 SERVER = r"""
 import sys, threading
 from softswitch.p4rt import P4RuntimeServer
 from softswitch.pipeline import Pipeline
-from tests.test_controller import push_frame
+from contract.frames import push_frame
 pipeline = Pipeline(seed=1)
 server = P4RuntimeServer(pipeline, address="127.0.0.1:0")
 print(server.start(), flush=True)
@@ -81,7 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     from controller.online.sources import PSFrequencySource, read_hits
     from controller.online.switch_target import SwitchTarget
     from controller.p4info import P4Info
-    from tests.test_controller import P4INFO_PATH
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=30)

@@ -1,8 +1,14 @@
-"""Fixtures shared by the test tiers.
+"""Fixtures shared by the test tiers, and the markers the fast lane selects on.
 
 `sut` is a switch under test on veth pairs, for each target: the embedded target always,
 BMv2 where simple_switch_grpc and p4c-bm2-ss are on PATH (skipped with the reason
 elsewhere). Tests that need root skip cleanly without it.
+
+Markers (pyproject.toml) are added here as well as in the test files, so that
+`pytest -m "not slow and not bmv2"` (`make test-fast`) leaves out every BMv2 variant and
+every slow test: `bmv2` on every test with a parameter "bmv2" (the switch fixtures' and the
+`target` parameters), `root` on every test of a switch fixture, `slow` on every `e2e` test
+and on the tests named in SLOW.
 """
 
 from __future__ import annotations
@@ -33,6 +39,49 @@ TEST_JOBS = {1: 64, 2: 64}  # job id -> slot count
 # Tenancy of the packet harness: (job id, worker id or None for the PS, host = port).
 # h1 and h2 are job 1's workers 0 and 1, h4 is job 2's worker 0, h3 is both jobs' PS.
 TEST_ADMISSIONS = ((1, 0, 1), (1, 1, 2), (1, None, 3), (2, 0, 4), (2, None, 3))
+
+
+# Slow tests that are not end-to-end runs (those are `slow` as `e2e`), as node ids or their
+# files: a few seconds or more each on a 2-core machine (pytest --durations).
+SLOW = (
+    "tests/test_p4c.py",  # compiles p4src/ with each p4c
+    "tests/test_reconnect.py",  # restarts switch processes
+    "tests/test_agents.py::test_spurious_resends_teach_the_timeout_the_longer_round_trip",
+    "tests/test_agents.py::test_cli_run_matches_reference_and_sigterm_is_clean",  # processes
+    "tests/test_agents.py::test_keys_moving_on_a_switch_process_under_loss_are_exact",
+    "tests/test_hotset_sim.py::test_the_sweep_writes_every_policy_at_every_drift_and_a_figure",
+    "tests/test_hotset_sim.py::"
+    "test_the_informed_loop_bounds_the_online_one_and_static_trails_under_drift",
+)
+_ROOT_FIXTURES = {"switch_proc", "sut"}
+
+
+def _check_slow_names(rootdir: Path) -> None:
+    """Every SLOW entry names a file and a test that exist: a renamed test would otherwise
+    slip into the fast lane without a word."""
+    for entry in SLOW:
+        path, _, name = entry.partition("::")
+        file = rootdir / path
+        if not file.is_file() or (name and f"def {name}(" not in file.read_text()):
+            raise pytest.UsageError(f"tests/conftest.py SLOW names {entry}, which does not exist")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects on the markers added here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _check_slow_names(Path(config.rootpath))
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and any(
+            v == "bmv2" for v in callspec.params.values() if isinstance(v, str)
+        ):
+            item.add_marker(pytest.mark.bmv2)
+        if _ROOT_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.root)
+        if item.get_closest_marker("e2e") or any(
+            item.nodeid == entry or item.nodeid.startswith((entry + "::", entry + "["))
+            for entry in SLOW
+        ):
+            item.add_marker(pytest.mark.slow)
 
 
 def root_missing() -> str | None:

@@ -12,58 +12,27 @@ import os
 import select
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from contract.constants import HOTAGG_PORT, Op
-from contract.layers import Entry, Hotagg
+from contract.frames import SWITCH_MAC, host_ip, host_mac, hotagg_frame, udp_frame
+from contract.layers import Hotagg
 from topologies.netns import VethNet
 
+# The packet tests' names for contract/frames.py's builders, which they import from here.
+__all__ = ["N_PORTS", "SWITCH_MAC", "Ports", "frame", "host_ip", "host_mac", "plain_udp"]
+
 N_PORTS = 4
-SWITCH_MAC = "02:00:00:00:00:fe"
 MARKER_SPORT = 7
-
-
-def host_ip(i: int) -> str:
-    return f"10.0.0.{i}"
-
-
-def host_mac(i: int) -> str:
-    return f"02:00:00:00:00:{i:02x}"
-
-
-def frame(
-    src: int,
-    dst: int,
-    op: Op = Op.PUSH,
-    entries: Iterable[tuple[int, int]] = (),
-    *,
-    sport: int = 40000,
-    dport: int = HOTAGG_PORT,
-    **fields: int,
-) -> bytes:
-    """A hotagg frame from host `src` to host `dst`; fields go into the hotagg header."""
-    agg = Hotagg(op=op, entries=[Entry(key=k, value=v) for k, v in entries], **fields)
-    pkt = (
-        Ether(src=host_mac(src), dst=SWITCH_MAC)
-        / IP(src=host_ip(src), dst=host_ip(dst), ttl=64)
-        / UDP(sport=sport + src, dport=dport, chksum=0)
-        / agg
-    )
-    return bytes(pkt)
+# frame(src, dst, op, entries, seq=..., job_id=...): a hotagg frame from host src to host dst.
+frame = hotagg_frame
 
 
 def plain_udp(src: int, dst: int, payload: bytes = b"marker", sport: int = MARKER_SPORT) -> bytes:
-    pkt = (
-        Ether(src=host_mac(src), dst=SWITCH_MAC)
-        / IP(src=host_ip(src), dst=host_ip(dst), ttl=64)
-        / UDP(sport=sport, dport=9, chksum=0)
-        / payload
-    )
-    return bytes(pkt)
+    """A UDP frame that is not hotagg (destination port 9), such as the harness's markers."""
+    return udp_frame(src, dst, payload, sport=sport, dport=9)
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Worker and PS agents on 127.0.0.1: exact against numpy, under loss, with a switch model."""
+"""Worker and PS agents on 127.0.0.1: exact against numpy, under loss, through the embedded
+pipeline run in process (tests/agent_fakes.py)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from hosts.ps_config import PSConfig
 from hosts.stats import load_hot_keys, load_params, params_sha256, write_hot_keys
 from hosts.worker import Worker, WorkerConfig, WorkerResult
 from hosts.workloads import LogisticWorkload, TraceWorkload, ZipfWorkload, reference_run
-from tests.agent_fakes import FakeSwitch, PipelineSwitch, Relay
+from tests.agent_fakes import PipelineSwitch, Relay
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = 7
@@ -228,17 +229,13 @@ def _switch(wl: ZipfWorkload, n: int, shift: int = 0) -> dict[int, int]:
     return {int(k): (i + shift) % HOT_SLOTS for i, k in enumerate(wl.hottest(n))}
 
 
-def make_switch(target: str, job: tuple[int, int, int], hot: dict[int, int]):
-    """`model`: tests/agent_fakes.FakeSwitch; `embedded`: the softswitch pipeline itself."""
-    return FakeSwitch({JOB: job}, hot) if target == "model" else PipelineSwitch(JOB, job, hot)
+def make_switch(job: tuple[int, int, int], hot: dict[int, int]) -> PipelineSwitch:
+    """The embedded pipeline with JOB at `job` (job_index, slot_base, slot_count)."""
+    return PipelineSwitch(JOB, job, hot)
 
 
-TARGETS = pytest.mark.parametrize("target", ["model", "embedded"])
-
-
-@TARGETS
 @pytest.mark.parametrize("kind", ["zipf", "lr"])
-def test_switch_offload_is_exact_and_used(target, kind, tmp_path) -> None:
+def test_switch_offload_is_exact_and_used(kind, tmp_path) -> None:
     if kind == "zipf":
         wl, hot = zipf(), _switch(zipf(), 40)
     else:  # the hottest features of the click log, as a frequency-based controller picks them
@@ -247,7 +244,7 @@ def test_switch_offload_is_exact_and_used(target, kind, tmp_path) -> None:
             np.concatenate([wl.pull_keys(w, 1) for w in range(3)]), return_counts=True
         )
         hot = {int(k): i for i, k in enumerate(keys[np.argsort(-counts, kind="stable")][:48])}
-    sw = make_switch(target, (3, 100, HOT_SLOTS), hot)
+    sw = make_switch((3, 100, HOT_SLOTS), hot)
     relay = lambda ups: Relay(ups, switch=sw)  # noqa: E731
     params, summaries, results, _ = run_job(wl, 3, 6, tmp_path, relay=relay, collect=True)
     check_exact(wl, 3, 6, params, summaries)
@@ -261,12 +258,11 @@ def test_switch_offload_is_exact_and_used(target, kind, tmp_path) -> None:
     assert read_frequency(tmp_path / "freq0.csv").collected.sum() == c["collected_entries"]
 
 
-@TARGETS
-def test_switch_with_loss_and_hot_set_changes_is_exact(target, tmp_path) -> None:
+def test_switch_with_loss_and_hot_set_changes_is_exact(tmp_path) -> None:
     wl = zipf()
     # The hot set changes every few pushes, mid-iteration, including to nothing.
     sets = [_switch(wl, 40), _switch(wl, 20, shift=7), {}, _switch(wl, 60, shift=1)]
-    sw = make_switch(target, (0, 0, HOT_SLOTS), sets[0])
+    sw = make_switch((0, 0, HOT_SLOTS), sets[0])
     relay = lambda ups: Relay(  # noqa: E731
         ups, drop=0.05, dup=0.1, delay=0.003, seed=8, switch=sw, hot_schedule=sets, rotate_every=7
     )
@@ -276,8 +272,7 @@ def test_switch_with_loss_and_hot_set_changes_is_exact(target, tmp_path) -> None
     assert sw.stats[Stat.PUSH_DUP] > 0 and sw.stats[Stat.HOT_APPLIED] > 0
 
 
-@TARGETS
-def test_switch_overflow_and_slot_conflicts_are_exact(target, tmp_path) -> None:
+def test_switch_overflow_and_slot_conflicts_are_exact(tmp_path) -> None:
     # Keys 1 and 2 share a slot (one of them conflicts in every iteration); key 3's slot sum
     # overflows int32 (diverted to the PS) and its parameter leaves the int32 range (pulls
     # saturate, its writeback is skipped).
@@ -290,7 +285,7 @@ def test_switch_overflow_and_slot_conflicts_are_exact(target, tmp_path) -> None:
         )
     )
     wl = TraceWorkload.from_csv(trace, key_space=16)
-    sw = make_switch(target, (1, 8, HOT_SLOTS), {1: 0, 2: 0, 3: 1, 4: 2})
+    sw = make_switch((1, 8, HOT_SLOTS), {1: 0, 2: 0, 3: 1, 4: 2})
     relay = lambda ups: Relay(ups, switch=sw)  # noqa: E731
     params, summaries, _, _ = run_job(wl, 3, 4, tmp_path, relay=relay, collect=True)
     check_exact(wl, 3, 4, params, summaries)
@@ -322,8 +317,7 @@ class _RecordingTrace(TraceWorkload):
         return out
 
 
-@TARGETS
-def test_a_key_moved_mid_iteration_never_gets_a_wrong_refreshed_value(target, tmp_path) -> None:
+def test_a_key_moved_mid_iteration_never_gets_a_wrong_refreshed_value(tmp_path) -> None:
     # Every push moves key 1 between slots 0 and 1, so within an iteration its sums land in
     # both slots and the table points back at the slot the PS asked to refresh: that refresh
     # lacks the other slot's sum. The PS must invalidate it before the barrier, so no pull is
@@ -332,7 +326,7 @@ def test_a_key_moved_mid_iteration_never_gets_a_wrong_refreshed_value(target, tm
     trace.write_text("".join(f"{t},{w},1,0.5\n" for t in range(1, 7) for w in range(3)))
     wl = _RecordingTrace.from_csv(trace, key_space=8)
     sets = [{1: 0}, {1: 1}]
-    sw = make_switch(target, (0, 0, HOT_SLOTS), sets[0])
+    sw = make_switch((0, 0, HOT_SLOTS), sets[0])
     relay = lambda ups: Relay(ups, switch=sw, hot_schedule=sets, rotate_every=1)  # noqa: E731
     params, summaries, results, _ = run_job(wl, 3, 6, tmp_path, relay=relay, collect=True)
     seen = list(wl.seen)  # before check_exact's reference run records its own steps
@@ -425,10 +419,9 @@ def _check_cached_values(sw, wl, iterations: int) -> Counter:
     return served
 
 
-@TARGETS
 @pytest.mark.parametrize("stagger", [False, True], ids=["whole", "per-instance"])
 def test_keys_moving_every_push_on_every_entry_position_under_loss_are_exact(
-    target, stagger, tmp_path
+    stagger, tmp_path
 ) -> None:
     # docs/design.md "Moving keys in and out of the switch": the hot set changes at every
     # push (whole, or one lookup instance at a time, as while the controller writes), under
@@ -439,7 +432,7 @@ def test_keys_moving_every_push_on_every_entry_position_under_loss_are_exact(
     _migration_trace(trace, 8, 3, seed=5)
     wl = _RecordingTrace.from_csv(trace, key_space=32)
     sets = _moving_hot_sets(seed=6)
-    sw = make_switch(target, (0, 0, HOT_SLOTS), sets[0])
+    sw = make_switch((0, 0, HOT_SLOTS), sets[0])
     served = _check_cached_values(sw, wl, 8)
     relay = _moving_relay(sw, sets, stagger)
     params, summaries, _, r = run_job(wl, 3, 8, tmp_path, relay=relay, collect=True)
@@ -515,19 +508,12 @@ class VethSwitch:
         return None  # registers: not readable over P4Runtime on BMv2
 
     def process(self, data: bytes, from_client: bool = True) -> tuple[str, bytes]:
-        from contract.codec import decode_frame, encode_frame
-        from tests.packet_harness import SWITCH_MAC, host_ip, host_mac
+        from contract.codec import decode_frame
+        from contract.frames import udp_frame
 
         src, dst = (1, 3) if from_client else (3, 1)
-        frame = encode_frame(
-            data,
-            src_mac=host_mac(src),
-            dst_mac=SWITCH_MAC,
-            src_ip=host_ip(src),
-            dst_ip=host_ip(dst),
-            sport=40001 if from_client else HOTAGG_PORT,
-            dport=HOTAGG_PORT if from_client else 40001,
-        )
+        sport, dport = (40001, HOTAGG_PORT) if from_client else (HOTAGG_PORT, 40001)
+        frame = udp_frame(src, dst, data, sport=sport, dport=dport)
         ports = self.sut.ports
         ports.send(src, frame)
         out = ports.settle(src)
@@ -567,8 +553,7 @@ def test_keys_moving_on_a_switch_process_under_loss_are_exact(target, tmp_path) 
     assert stats[Stat.HOT_APPLIED] > 0 and stats[Stat.CACHE_WRITE] > 0
 
 
-@TARGETS
-def test_a_key_with_a_cold_part_is_never_refreshed(target, tmp_path) -> None:
+def test_a_key_with_a_cold_part_is_never_refreshed(tmp_path) -> None:
     # Key 1 is hot only for every other push, so in every iteration part of its sum is in
     # the switch and part reached the PS cold. A refresh from the switch's part alone would
     # be wrong; the PS must not ask for it (pulled values are checked).
@@ -576,7 +561,7 @@ def test_a_key_with_a_cold_part_is_never_refreshed(target, tmp_path) -> None:
     trace.write_text("".join(f"{t},{w},1,0.5\n" for t in range(1, 9) for w in range(3)))
     wl = _RecordingTrace.from_csv(trace, key_space=8)
     sets = [{1: 0}, {}]
-    sw = make_switch(target, (0, 0, HOT_SLOTS), sets[0])
+    sw = make_switch((0, 0, HOT_SLOTS), sets[0])
     relay = lambda ups: Relay(ups, switch=sw, hot_schedule=sets, rotate_every=1)  # noqa: E731
     params, summaries, _, _ = run_job(wl, 3, 8, tmp_path, relay=relay, collect=True)
     seen = list(wl.seen)
@@ -591,12 +576,11 @@ def test_a_key_with_a_cold_part_is_never_refreshed(target, tmp_path) -> None:
     assert sw.stats[Stat.PULL_HIT] > 0
 
 
-@TARGETS
-def test_refresh_replaces_writebacks_for_keys_summed_only_in_the_switch(target, tmp_path) -> None:
+def test_refresh_replaces_writebacks_for_keys_summed_only_in_the_switch(tmp_path) -> None:
     # After the first barrier the cache moves on by COLLECT refreshes alone: writebacks are
     # needed only for keys that became hot or had a cold part.
     wl = zipf()
-    sw = make_switch(target, (0, 0, HOT_SLOTS), _switch(wl, 40))
+    sw = make_switch((0, 0, HOT_SLOTS), _switch(wl, 40))
     relay = lambda ups: Relay(ups, switch=sw)  # noqa: E731
     params, summaries, results, _ = run_job(wl, 3, 8, tmp_path, relay=relay, collect=True)
     check_exact(wl, 3, 8, params, summaries)
@@ -607,11 +591,10 @@ def test_refresh_replaces_writebacks_for_keys_summed_only_in_the_switch(target, 
     assert sum(r.counters["pull_switch_hits"] for r in results) > 0
 
 
-@TARGETS
-def test_configured_hot_keys_are_cached_and_grouped_from_iteration_1(target, tmp_path) -> None:
+def test_configured_hot_keys_are_cached_and_grouped_from_iteration_1(tmp_path) -> None:
     wl = zipf()
     hot = _switch(wl, 40)
-    sw = make_switch(target, (0, 0, HOT_SLOTS), hot)
+    sw = make_switch((0, 0, HOT_SLOTS), hot)
     relay = lambda ups: Relay(ups, switch=sw)  # noqa: E731
     params, summaries, _, _ = run_job(
         wl, 3, 4, tmp_path, relay=relay, collect=True, hot_keys=hot, shards=2
@@ -936,7 +919,7 @@ def test_a_lost_request_is_resent_when_a_later_one_is_answered(tmp_path) -> None
 
 def test_a_lost_collect_is_asked_again_when_a_later_one_is_answered(tmp_path) -> None:
     wl = zipf()
-    sw = make_switch("model", (0, 0, HOT_SLOTS), _switch(wl, 40))
+    sw = make_switch((0, 0, HOT_SLOTS), _switch(wl, 40))
     relay = lambda ups: _DropOnce(ups, lambda d: d[1] == Op.COLLECT, switch=sw)  # noqa: E731
     params, summaries, results, r = run_job(
         wl, 2, 2, tmp_path, relay=relay, collect=True, rto=5.0, rto_max=10.0
@@ -997,7 +980,7 @@ def test_done_ack_does_not_wait_for_writeback_acks(tmp_path) -> None:
     # WRITEBACK_ACKs never arrive and their timeout is 5 s: the barrier must not wait for them
     # (DONE_ACK leaves right behind the WRITEBACKs), and the cache still serves pulls.
     wl = zipf()
-    sw = make_switch("model", (0, 0, HOT_SLOTS), _switch(wl, 40))
+    sw = make_switch((0, 0, HOT_SLOTS), _switch(wl, 40))
     relay = lambda ups: _NoWritebackAcks(ups, switch=sw)  # noqa: E731
     params, summaries, results, r = run_job(
         wl, 3, 4, tmp_path, relay=relay, collect=True, rto=5.0, rto_max=10.0

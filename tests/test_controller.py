@@ -14,14 +14,13 @@ import grpc
 import pytest
 from google.rpc import status_pb2
 from p4.v1 import p4runtime_pb2
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
 
-from contract.constants import CPU_PORT, HOT_KEYS_SIZE, HOTAGG_PORT, MAX_JOBS, Op
+from contract.constants import CPU_PORT, HOT_KEYS_SIZE, MAX_JOBS
 from contract.constants import MAX_ENTRIES as INSTANCES
-from contract.layers import Entry, Hotagg
+from contract.frames import push_frame
 from contract.names import hot_keys_table as table
 from contract.names import set_slot_action as set_slot
+from contract.p4files import P4INFO_PATH as COMMITTED_P4INFO
 from controller import wire
 from controller.client import SwitchClient
 from controller.drop_sim import DropSim, rate_of
@@ -54,7 +53,7 @@ from topologies.topology import parse_topology
 
 REPO = Path(__file__).resolve().parent.parent
 # HOTAGG_P4INFO lets the same tests run with another P4Info (e.g. p4c's output in build/).
-P4INFO_PATH = Path(os.environ.get("HOTAGG_P4INFO", REPO / "p4src" / "hotagg.p4info.txtpb"))
+P4INFO_PATH = Path(os.environ.get("HOTAGG_P4INFO", COMMITTED_P4INFO))
 
 
 @dataclass
@@ -101,17 +100,6 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]  # nothing listens once the socket is closed
-
-
-def push_frame(job_id: int, keys: list[int], seq: int = 1) -> bytes:
-    pkt = (
-        Ether(src="08:00:00:00:00:01", dst="08:00:00:00:00:05")
-        / IP(src="10.0.0.1", dst="10.0.0.5")
-        / UDP(sport=HOTAGG_PORT, dport=HOTAGG_PORT)
-        / Hotagg(op=Op.PUSH, job_id=job_id, worker_id=0, seq=seq, iteration=1,
-                 entries=[Entry(key=k, value=1) for k in keys])
-    )  # fmt: skip
-    return bytes(pkt)
 
 
 # --- encoding ---

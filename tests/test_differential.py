@@ -47,7 +47,7 @@ import pytest
 from p4.v1 import p4runtime_pb2
 from scapy.layers.l2 import Ether
 
-from contract.codec import encode, encode_frame, ipv4_checksum
+from contract.codec import ipv4_checksum
 from contract.constants import (
     CPU_PORT,
     FLAG_INVALIDATE,
@@ -66,9 +66,10 @@ from controller.p4info import encode as encode_value
 from controller.sketch import Sketch
 from controller.stats import Stats
 from tests.conftest import TEST_JOBS, SwitchUnderTest, running_switch
-from tests.packet_harness import N_PORTS, SWITCH_MAC, host_ip, host_mac, plain_udp
+from tests.packet_harness import N_PORTS, frame, host_mac, plain_udp
 
-pytestmark = [pytest.mark.root]
+# Both targets at once, and thousands of frames with a marker round after each: slow.
+pytestmark = [pytest.mark.root, pytest.mark.bmv2, pytest.mark.slow]
 
 SEED = int(os.environ.get("HOTAGG_DIFF_SEED", "20261201"))
 N_FRAMES = int(os.environ.get("HOTAGG_DIFF_FRAMES", "3000"))
@@ -194,33 +195,6 @@ def ip_checksum(data: bytes) -> bytes:
     """`data` with the checksum of its IPv4 header (at byte 14, IHL from the header) redone."""
     header = patch(data, 24, b"\0\0")[14 : 14 + (data[14] & 0x0F) * 4]
     return patch(data, 24, struct.pack("!H", ipv4_checksum(header)))
-
-
-def frame(
-    src: int,
-    dst: int,
-    op: Op,
-    entries: list[tuple[int, int]],
-    *,
-    job_id: int,
-    seq: int,
-    iteration: int,
-    worker_id: int = 0,
-    reserved: int = 0,
-    **fields: int,
-) -> bytes:
-    """tests.packet_harness.frame, with the struct codec: Scapy would take most of the run."""
-    keys, values = [k for k, _ in entries], [v for _, v in entries]
-    payload = encode(op, job_id, worker_id, seq, iteration, keys, values, **fields)
-    payload = patch(payload, 18, struct.pack("!H", reserved))
-    return encode_frame(
-        payload,
-        src_mac=host_mac(src),
-        dst_mac=SWITCH_MAC,
-        src_ip=host_ip(src),
-        dst_ip=host_ip(dst),
-        sport=40000 + src,
-    )
 
 
 @dataclass
@@ -955,8 +929,8 @@ def test_targets_agree_on_vlan_tagged_frames(targets):
     received 802.1Q/802.1ad tag out of the frame into PACKET_AUXDATA (veth or not); BMv2
     reads its ports with libpcap (behavioral-model src/BMI/bmi_interface.c, pcap_next_ex),
     which puts the tag back from that auxdata (libpcap pcap-linux.c, "Now insert the tag").
-    So today the embedded target aggregates tagged frames as plain IPv4 and this test fails
-    until softswitch/runtime.py takes the tag into account."""
+    softswitch/runtime.py puts it back the same way (insert_vlan_tag); without that, the
+    embedded target would aggregate tagged frames as plain IPv4 and this test would fail."""
     rng = random.Random(SEED + 1)
     frames = FrameGen(rng).generate(VLAN_FRAMES)
     for f in frames:

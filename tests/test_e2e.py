@@ -105,6 +105,7 @@ def test_offload_is_exact_and_takes_hot_updates_off_the_ps(embedded_run):
     assert "exact: True" in proc.stdout
 
 
+@pytest.mark.bmv2
 def test_bmv2_run_is_exact_and_ends_with_the_embedded_targets_parameters(embedded_run, tmp_path):
     """The same run on BMv2: exact, and the final parameters are those of the embedded
     target (both targets sum the same integers, so the hashes must be equal)."""

@@ -314,8 +314,10 @@ def test_drop_simulator(sut):
     sut.drop_rate(0.5)
     for seq in range(1, 201):
         sut.ports.send(W1, frame(W1, PS, Op.DONE, [], seq=seq, iteration=1, job_id=JOB))
-    sut.drop_rate(0.0)
+    # All 200 through the switch (the markers are not hotagg, so never dropped) before the
+    # rate changes back: a switch still working through them would pass the rest.
     passed = [r for r in sut.ports.settle(W1) if r.port == PS]
+    sut.drop_rate(0.0)
     assert 60 <= len(passed) <= 140, len(passed)
     assert len(sut.ports.exchange(W1, push(W1, 1, []))) == 1
 

@@ -30,12 +30,12 @@ from contract.constants import (
     Op,
     Stat,
 )
+from contract.frames import SWITCH_MAC, hotagg_frame
 from contract.layers import Entry, Hotagg
 from contract.names import hot_keys_table, set_slot_action
 from softswitch.pipeline import Pipeline
 
 P = "HotaggIngress."
-SWITCH_MAC = "02:00:00:00:00:fe"
 HOT = list(range(100, 108))
 PS = 3
 
@@ -45,36 +45,31 @@ def mac(i: int) -> int:
 
 
 def frame(
-    op=Op.PUSH,
-    entries=(),
+    op: int = Op.PUSH,
+    entries: list[tuple[int, int]] | tuple = (),
     *,
-    src=1,
-    dst=PS,
-    sport=None,
-    dport=HOTAGG_PORT,
-    ttl=64,
-    job_id=1,
-    worker_id=None,
-    seq=1,
-    iteration=1,
-    **fields,
+    src: int = 1,
+    dst: int = PS,
+    worker_id: int | None = None,
+    job_id: int = 1,
+    seq: int = 1,
+    iteration: int = 1,
+    **fields: int,
 ) -> bytes:
-    agg = Hotagg(
-        op=op,
-        job_id=job_id,
+    """A hotagg frame from host `src` (worker `src` unless given) to `dst`, job 1, seq 1 and
+    iteration 1 unless given, with a real UDP checksum (outputs must set theirs to 0)."""
+    return hotagg_frame(
+        src,
+        dst,
+        op,
+        entries,
         worker_id=src if worker_id is None else worker_id,
+        job_id=job_id,
         seq=seq,
         iteration=iteration,
-        entries=[Entry(key=k, value=v) for k, v in entries],
+        udp_checksum=True,
         **fields,
     )
-    pkt = (
-        Ether(src=f"02:00:00:00:00:{src:02x}", dst=SWITCH_MAC)
-        / IP(src=f"10.0.0.{src}", dst=f"10.0.0.{dst}", ttl=ttl)
-        / UDP(sport=40000 + src if sport is None else sport, dport=dport)
-        / agg
-    )
-    return bytes(pkt)
 
 
 def agg(data: bytes) -> Hotagg:
@@ -206,7 +201,7 @@ def test_push_outputs_follow_route_changes(p):
     ack, fwd = only(p.process(1, hot[0]), 1), only(p.process(1, cold[0]), PS)
     assert only(p.process(1, hot[1]), 1)[:42] == ack[:42]
     assert only(p.process(1, cold[1]), PS)[:42] == fwd[:42]
-    for ip_id in (0, 0xBEEF, 0xFFFF):  # another IPv4 id: kept, and the checksum fits it
+    for ip_id in (1, 0xBEEF, 0xFFFF):  # another IPv4 id than 0: kept, the checksum fits it
         for raw, port in ((hot[1], 1), (cold[1], PS)):
             data = only(p.process(1, raw[:18] + ip_id.to_bytes(2, "big") + raw[20:]), port)
             assert data[18:20] == ip_id.to_bytes(2, "big") and checksum(data[14:34]) == 0
