@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from contract.codec import encode, encode_frame
 from contract.constants import MAX_ENTRIES, Op
-from controller import wire
+from p4rt import wire
 from topologies.netns import VethNet
 from topologies.switches import REPO_ROOT, SwitchProcess
 

@@ -53,10 +53,10 @@ from p4.v1 import p4runtime_pb2
 
 from contract.constants import MAX_ENTRIES
 from contract.names import hot_keys_table, set_slot_action
-from controller import wire
 from controller.errors import BadInput, BudgetExceeded, WriteError
 from controller.hot_keys import HotKeys, check_key
 from controller.jobs import Job
+from p4rt import wire
 
 if TYPE_CHECKING:
     from hosts.stats import LiveReader  # imported where used, as read_frequency

@@ -22,7 +22,6 @@ from contract.constants import MAX_ENTRIES as INSTANCES
 from contract.layers import Entry, Hotagg
 from contract.names import hot_keys_table as table
 from contract.names import set_slot_action as set_slot
-from controller import wire
 from controller.client import SwitchClient
 from controller.drop_sim import DropSim, rate_of
 from controller.errors import (
@@ -47,6 +46,7 @@ from controller.jobs import Jobs
 from controller.p4info import P4Info
 from controller.stats import Stats
 from controller.tenancy import Admission, Tenancy, admission, admissions_from_topology
+from p4rt import wire
 from softswitch.p4rt import P4RuntimeServer
 from softswitch.pipeline import Pipeline
 from softswitch.state import Table
@@ -146,7 +146,7 @@ def test_entry_encoder_bytes_equal_protobuf_serialization(switch: Switch) -> Non
 
 
 def test_read_reply_decoders_agree_with_protobuf() -> None:
-    # controller.wire reads counter entries and hot-key table entries out of serialized
+    # p4rt.wire reads counter entries and hot-key table entries out of serialized
     # ReadResponses (the bulk reads of the online loop); protobuf's own parse is the truth,
     # over zero values (omitted on the wire), 64-bit counts and fields the decoders skip.
     reply = p4runtime_pb2.ReadResponse()

@@ -12,9 +12,8 @@ from typing import Any
 
 from p4.config.v1 import p4info_pb2
 
-from softswitch.p4rt.wire import TableEncoder
-
-MATCH_KINDS = {p4info_pb2.MatchField.EXACT: "exact", p4info_pb2.MatchField.LPM: "lpm"}
+from p4rt.p4info import P4InfoIndex
+from p4rt.wire import TableEncoder
 
 
 @dataclass
@@ -48,6 +47,7 @@ class TableBinding:
 
 @dataclass
 class Binding:
+    index: P4InfoIndex
     tables: dict[int, TableBinding] = field(default_factory=dict)
     actions: dict[int, ActionBinding] = field(default_factory=dict)
     action_ids: dict[str, int] = field(default_factory=dict)
@@ -67,7 +67,7 @@ class BindingError(ValueError):
 
 
 def _bind_action(action: p4info_pb2.Action, spec: Any, problems: list[str]) -> ActionBinding:
-    by_name = {p.name: p for p in action.params}
+    by_name = {p.name: p for p in P4InfoIndex.params(action)}
     params: list[tuple[int, int]] = []
     for pname, width in spec.params:
         p = by_name.get(pname)
@@ -75,9 +75,9 @@ def _bind_action(action: p4info_pb2.Action, spec: Any, problems: list[str]) -> A
             problems.append(f"action {action.preamble.name}: no parameter {pname!r}")
             continue
         params.append((p.id, width))
-    if len(action.params) != len(spec.params):
+    if len(by_name) != len(spec.params):
         problems.append(
-            f"action {action.preamble.name}: {len(action.params)} parameters in the P4Info, "
+            f"action {action.preamble.name}: {len(by_name)} parameters in the P4Info, "
             f"{len(spec.params)} in the pipeline"
         )
     return ActionBinding(
@@ -91,17 +91,17 @@ def _bind_action(action: p4info_pb2.Action, spec: Any, problems: list[str]) -> A
 def _bind_table(t: p4info_pb2.Table, table: Any, problems: list[str]) -> TableBinding:
     positions = {f.name: i for i, f in enumerate(table.fields)}
     fields = []
-    for i, mf in enumerate(t.match_fields):
-        kind = MATCH_KINDS.get(mf.match_type)
+    p4_fields = P4InfoIndex.match_fields(t)
+    for i, mf in enumerate(p4_fields):
         pos = positions.get(mf.name, i)
-        if kind is None:
+        if mf.kind not in ("exact", "lpm"):
             problems.append(f"table {t.preamble.name}: match kind of {mf.name!r} not supported")
             continue
-        if pos >= len(table.fields) or table.fields[pos].kind != kind:
+        if pos >= len(table.fields) or table.fields[pos].kind != mf.kind:
             problems.append(f"table {t.preamble.name}: field {mf.name!r} does not fit")
             continue
-        fields.append(FieldBinding(mf.id, mf.name, table.fields[pos].bitwidth, kind, pos))
-    if len(t.match_fields) != len(table.fields):
+        fields.append(FieldBinding(mf.id, mf.name, table.fields[pos].bitwidth, mf.kind, pos))
+    if len(p4_fields) != len(table.fields):
         problems.append(f"table {t.preamble.name}: wrong number of match fields")
     return TableBinding(
         id=t.preamble.id,
@@ -120,20 +120,19 @@ def _encoder(tb: TableBinding, b: Binding) -> TableEncoder:
     return TableEncoder(tb.id, fields, actions)
 
 
-def bind(p4info: p4info_pb2.P4Info, pipeline: Any) -> Binding:
-    """Binding of `p4info` to `pipeline`; raises BindingError listing what does not fit."""
+def bind(index: P4InfoIndex, pipeline: Any) -> Binding:
+    """Binding of a P4Info to `pipeline`; raises BindingError listing what does not fit."""
     problems: list[str] = []
-    b = Binding()
-    actions = {a.preamble.id: a for a in p4info.actions}
+    b = Binding(index)
+    p4info = index.message
     for t in p4info.tables:
         table = pipeline.tables.get(t.preamble.name)
         if table is None:
             problems.append(f"table {t.preamble.name} is not in the pipeline")
             continue
         b.tables[t.preamble.id] = _bind_table(t, table, problems)
-        for ref in t.action_refs:
-            a = actions.get(ref.id)
-            if a is None:
+        for ref, (a, _) in zip(t.action_refs, index.action_refs(t)):
+            if not isinstance(a, p4info_pb2.Action):
                 problems.append(f"table {t.preamble.name}: unknown action id {ref.id:#x}")
             elif a.preamble.name not in table.actions:
                 problems.append(f"table {t.preamble.name}: action {a.preamble.name} unknown")
@@ -162,7 +161,7 @@ def bind(p4info: p4info_pb2.P4Info, pipeline: Any) -> Binding:
         else:
             b.registers[r.preamble.id] = register
     for cpm in p4info.controller_packet_metadata:
-        fields = [(m.id, m.bitwidth) for m in cpm.metadata]
+        fields = [(m.id, m.bitwidth) for m in index.metadata(cpm)]
         if cpm.preamble.name == "packet_in":
             b.packet_in = fields
         elif cpm.preamble.name == "packet_out":

@@ -5,10 +5,10 @@ answers from both targets): an omitted LPM field is a wildcard, an explicit pref
 is rejected, INSERT/DELETE of the default entry are rejected, a default-entry MODIFY without
 an action resets the initial default action, counter DELETE resets the cell to 0.
 
-Writes take table entries as parse.EntryIn (from the fast wire parser or from a protobuf
-message). Reads run in two steps: `read_entity` checks the request and takes a snapshot of
+Writes take table entries as p4rt.wire.RawEntry (from the fast wire parser or from a
+protobuf message). Reads run in two steps: `read_entity` checks the request and takes a snapshot of
 the state (call it under the server's lock); the snapshot then yields each entity already
-serialized (wire.py), lazily, so a large read is encoded while it streams.
+serialized (p4rt/wire.py), lazily, so a large read is encoded while it streams.
 """
 
 from __future__ import annotations
@@ -20,17 +20,19 @@ from typing import Any
 import grpc
 from p4.v1 import p4runtime_pb2
 
+from p4rt import wire
+from p4rt.bytestrings import decode
+from p4rt.errors import P4RTError
+from p4rt.wire import NOT_DIRECT, RawEntry, raw_entry
 from softswitch import state
-from softswitch.p4rt import wire
 from softswitch.p4rt.binding import Binding, TableBinding
-from softswitch.p4rt.codec import decode
-from softswitch.p4rt.errors import P4RTError, from_state_error
-from softswitch.p4rt.parse import NOT_DIRECT, EntryIn, entry_in
+from softswitch.p4rt.errors import from_state_error
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED
 Update = p4runtime_pb2.Update
 _INSERT, _MODIFY, _DELETE = Update.INSERT, Update.MODIFY, Update.DELETE
+TABLE = wire.ENTITY_TABLE
 
 
 def _state_call(fn: Any, *args: Any) -> Any:
@@ -51,7 +53,7 @@ def _table(b: Binding, table_id: int) -> TableBinding:
     return tb
 
 
-def _match(tb: TableBinding, entry: EntryIn) -> tuple:
+def _match(tb: TableBinding, entry: RawEntry) -> tuple:
     values: list[Any] = [None] * len(tb.table.fields)
     for field_id, which, raw, plen in entry.matches:
         f = tb.field_by_id.get(field_id)
@@ -103,7 +105,7 @@ def _action(b: Binding, tb: TableBinding, action: Any) -> tuple[str, tuple]:
     return ab.name, tuple(params)
 
 
-def _write_table(b: Binding, kind: int, entry: EntryIn) -> None:
+def _write_table(b: Binding, kind: int, entry: RawEntry) -> None:
     tb = _table(b, entry.table_id)
     table = tb.table
     if entry.priority:
@@ -155,7 +157,7 @@ def _write_counter(b: Binding, kind: int, ce: p4runtime_pb2.CounterEntry) -> Non
 
 
 def _write_direct_counter(b: Binding, kind: int, dce: p4runtime_pb2.DirectCounterEntry) -> None:
-    te = entry_in(dce.table_entry)
+    te = raw_entry(dce.table_entry)
     tb = _table(b, te.table_id)
     if not tb.table.has_direct_counter:
         raise P4RTError(INVALID, f"{tb.name} has no direct counter")
@@ -181,12 +183,12 @@ def _write_register(b: Binding, kind: int, re: p4runtime_pb2.RegisterEntry) -> N
     _state_call(register.write, index, value)
 
 
-def write_update(b: Binding, kind: int, entity: EntryIn | p4runtime_pb2.Entity) -> None:
-    """Apply one update (a table entry as EntryIn, anything else as its protobuf Entity);
+def write_update(b: Binding, kind: int, entity: RawEntry | p4runtime_pb2.Entity) -> None:
+    """Apply one update (a table entry as RawEntry, anything else as its protobuf Entity);
     raises P4RTError with the update's canonical code."""
     if kind not in (_INSERT, _MODIFY, _DELETE):
         raise P4RTError(INVALID, "update type is not set")
-    if isinstance(entity, EntryIn):
+    if isinstance(entity, RawEntry):
         _write_table(b, kind, entity)
         return
     which = entity.WhichOneof("entity")
@@ -215,7 +217,7 @@ def _tables_for(b: Binding, te: p4runtime_pb2.TableEntry) -> list[TableBinding]:
 
 def _entries(tb: TableBinding, te: p4runtime_pb2.TableEntry) -> list[state.TableEntry]:
     if te.match:
-        return [_state_call(tb.table.get, _match(tb, entry_in(te)))]
+        return [_state_call(tb.table.get, _match(tb, raw_entry(te)))]
     return tb.table.entries()
 
 
@@ -234,7 +236,7 @@ def _read_tables(b: Binding, req: p4runtime_pb2.TableEntry) -> Iterator[bytes]:
         if req.is_default_action:
             name, params = tb.table.default()
             _check_actions(tb, (name,))
-            out.append(iter((enc.default_entry(name, params),)))
+            out.append(iter((wire.response_entity(TABLE, enc.default_entry(name, params)),)))
             continue
         entries = _entries(tb, req)
         _check_actions(tb, {e.action for e in entries})
@@ -243,9 +245,13 @@ def _read_tables(b: Binding, req: p4runtime_pb2.TableEntry) -> Iterator[bytes]:
 
 
 def _encode(enc: wire.TableEncoder, entries: list[state.TableEntry], counters: bool) -> Iterator:
+    frame = wire.response_entity
     if counters:
-        return (enc.entry(e.match, e.action, e.params, (e.packets, e.bytes)) for e in entries)
-    return (enc.entry(e.match, e.action, e.params, None) for e in entries)
+        return (
+            frame(TABLE, enc.entry(e.match, e.action, e.params, (e.packets, e.bytes)))
+            for e in entries
+        )
+    return (frame(TABLE, enc.entry(e.match, e.action, e.params)) for e in entries)
 
 
 def _read_direct_counters(b: Binding, req: p4runtime_pb2.DirectCounterEntry) -> Iterator[bytes]:
@@ -256,7 +262,12 @@ def _read_direct_counters(b: Binding, req: p4runtime_pb2.DirectCounterEntry) -> 
     if te.table_id and not tables:
         raise P4RTError(INVALID, f"table id {te.table_id:#x} has no direct counter")
     snap = [(tb.encoder, _entries(tb, te)) for tb in tables]
-    return (enc.direct_counter(e.match, e.packets, e.bytes) for enc, es in snap for e in es)
+    kind = wire.ENTITY_DIRECT_COUNTER
+    return (
+        wire.response_entity(kind, enc.direct_counter(e.match, e.packets, e.bytes))
+        for enc, es in snap
+        for e in es
+    )
 
 
 def _indexes(msg: Any, size: int, what: str) -> range:
@@ -292,10 +303,11 @@ def read_counter(b: Binding, counter_id: int, index: int | None) -> Iterator[byt
     snap = []
     for cid in ids:
         counter = b.counters[cid]
-        snap += [
-            (cid, i, *counter.read(i)) for i in _index_range(index, counter.size, counter.name)
-        ]
-    return (wire.counter_entry(*cell) for cell in snap)
+        snap += [(cid, i, counter.read(i)) for i in _index_range(index, counter.size, counter.name)]
+    return (
+        wire.response_entity(wire.ENTITY_COUNTER, wire.counter_entry(cid, i, data))
+        for cid, i, data in snap
+    )
 
 
 def _read_registers(b: Binding, req: p4runtime_pb2.RegisterEntry) -> Iterator[bytes]:
@@ -309,7 +321,7 @@ def _read_registers(b: Binding, req: p4runtime_pb2.RegisterEntry) -> Iterator[by
     for rid in ids:
         register = b.registers[rid]
         snap += [(rid, i, register.read(i)) for i in _indexes(req, register.size, register.name)]
-    return (wire.register_entry(*cell) for cell in snap)
+    return (wire.response_entity(wire.ENTITY_REGISTER, wire.register_entry(*cell)) for cell in snap)
 
 
 def read_entity(b: Binding, entity: p4runtime_pb2.Entity) -> Iterator[bytes]:

@@ -6,8 +6,8 @@ I/O goes through a `Dataplane` (softswitch.runtime): PacketOut -> `inject(cpu_po
 payload)`; the data plane hands frames the pipeline sent to the CPU port to `packet_in()`.
 
 Write and Read skip protobuf messages where it is slow (pure-Python protobuf 3.20): Write
-receives the request bytes and parses them with parse.py (protobuf only for what that parser
-does not cover); Read yields ReadResponse bytes that entities.py/wire.py wrote directly.
+receives the request bytes and parses them with p4rt/wire.py (protobuf only for what that
+parser does not cover); Read yields ReadResponse bytes that entities.py wrote with p4rt/wire.py.
 
 Abuse limits. gRPC's Python server runs each RPC, a StreamChannel for its whole life, on one
 of `max_workers` threads, so open streams could leave none for Write/Read/Get (PI's C++
@@ -41,22 +41,25 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from contract.constants import CPU_PORT
 from contract.names import DIGEST_SKETCH
-from softswitch.p4rt.arbitration import Arbiter, Client, election_int
-from softswitch.p4rt.binding import Binding, BindingError, bind
-from softswitch.p4rt.codec import decode, encode, header_len, pack_header, unpack_header
-from softswitch.p4rt.digests import DigestManager
-from softswitch.p4rt.entities import read_counter, read_entity, write_update
-from softswitch.p4rt.errors import STATUS_DETAILS_KEY, P4RTError, batch_status
-from softswitch.p4rt.parse import (
+from p4rt.bytestrings import decode, encode
+from p4rt.errors import P4RTError
+from p4rt.p4info import P4InfoIndex
+from p4rt.proto import Fallback
+from p4rt.wire import (
     CounterReadIn,
-    EntryIn,
-    Fallback,
+    RawEntry,
     WriteIn,
+    chunks,
     parse_counter_read,
     parse_write_request,
     write_in,
 )
-from softswitch.p4rt.wire import chunks
+from softswitch.p4rt.arbitration import Arbiter, Client, election_int
+from softswitch.p4rt.binding import Binding, BindingError, bind
+from softswitch.p4rt.codec import header_len, pack_header, unpack_header
+from softswitch.p4rt.digests import DigestManager
+from softswitch.p4rt.entities import read_counter, read_entity, write_update
+from softswitch.p4rt.errors import STATUS_DETAILS_KEY, batch_status
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +105,7 @@ def _decoder(message: Any) -> Callable[[bytes], Any]:
 
 
 def _read_decoder(data: bytes) -> Any:
-    """A counter-cells ReadRequest parsed by hand (parse.parse_counter_read), any other
+    """A counter-cells ReadRequest parsed by hand (p4rt.wire.parse_counter_read), any other
     by protobuf."""
     try:
         return parse_counter_read(data)
@@ -213,7 +216,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         problems = list(self.check_p4info(config.p4info))
         binding = None
         try:
-            binding = bind(config.p4info, self.pipeline)
+            binding = bind(P4InfoIndex(config.p4info), self.pipeline)
         except BindingError as e:
             problems += [p for p in e.problems if p not in problems]
         if problems or binding is None:
@@ -256,7 +259,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
             if action == SetReq.VERIFY_AND_COMMIT:
                 self.pipeline.reset()  # a new pipeline starts from empty tables and registers
             self.config = new
-            self.digests.set_pipeline(new.p4info)  # no digest configured, nothing pending
+            self.digests.set_pipeline(new.binding.index)  # no digest configured, none pending
             self.saved_uncommitted = action == SetReq.VERIFY_AND_SAVE
         log.info("pipeline config set (%s)", SetReq.Action.Name(action))
         return p4runtime_pb2.SetForwardingPipelineConfigResponse()
@@ -293,7 +296,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         with self.lock:
             for kind, entity in req.updates:
                 try:
-                    if not isinstance(entity, EntryIn) and entity.HasField("digest_entry"):
+                    if not isinstance(entity, RawEntry) and entity.HasField("digest_entry"):
                         self.digests.write(kind, entity.digest_entry)
                     else:
                         write_update(binding, kind, entity)
