@@ -2,7 +2,8 @@
 
 The pipeline knows its tables, counters and registers by fully qualified P4Info name; the
 controller speaks in P4Info ids. A binding is built once per SetForwardingPipelineConfig
-and is read-only afterwards, so gRPC threads share it without locking.
+and is read-only afterwards, so gRPC threads share it without locking; only its
+EntryMetadata changes, under the server's lock, as table writes do.
 """
 
 from __future__ import annotations
@@ -45,6 +46,31 @@ class TableBinding:
     encoder: TableEncoder | None = None  # serializes read results; set by bind()
 
 
+class EntryMetadata:
+    """TableEntry.metadata of the entries written with one, by table name and match (None:
+    the default entry). The bytes are the controller's, opaque to the switch, so they live
+    here beside the pipeline's tables, not in them, as in PI (its "table info store")."""
+
+    def __init__(self) -> None:
+        self._by_table: dict[str, dict[Any, bytes]] = {}
+
+    def set(self, table: str, key: Any, metadata: bytes) -> None:
+        """Keep `metadata` for an entry (none: forget what it had)."""
+        if metadata:
+            self._by_table.setdefault(table, {})[key] = metadata
+        else:
+            self.drop(table, key)
+
+    def drop(self, table: str, key: Any) -> None:
+        entries = self._by_table.get(table)
+        if entries:
+            entries.pop(key, None)
+
+    def of(self, table: str) -> dict[Any, bytes]:
+        """Key -> metadata of one table's entries that have some."""
+        return self._by_table.get(table) or {}
+
+
 @dataclass
 class Binding:
     index: P4InfoIndex
@@ -56,6 +82,8 @@ class Binding:
     registers: dict[int, Any] = field(default_factory=dict)  # id -> state.Register
     packet_in: list[tuple[int, int]] = field(default_factory=list)  # (id, bitwidth)
     packet_out: list[tuple[int, int]] = field(default_factory=list)
+    # Lives as long as the tables' contents: a config set without emptying them passes it on.
+    metadata: EntryMetadata = field(default_factory=EntryMetadata)
 
 
 class BindingError(ValueError):

@@ -258,6 +258,8 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         with self.lock:
             if action == SetReq.VERIFY_AND_COMMIT:
                 self.pipeline.reset()  # a new pipeline starts from empty tables and registers
+            elif self.config is not None:  # the tables keep their entries and metadata
+                new.binding.metadata = self.config.binding.metadata
             self.config = new
             self.digests.set_pipeline(new.binding.index)  # no digest configured, none pending
             self.saved_uncommitted = action == SetReq.VERIFY_AND_SAVE
@@ -272,6 +274,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         if config is None:
             return response  # spec: the config field stays unset
         out = response.config
+        out.SetInParent()  # set, even when it holds nothing (COOKIE_ONLY without a cookie)
         kind = request.response_type
         if kind in (GetReq.ALL, GetReq.P4INFO_AND_COOKIE):
             out.p4info.CopyFrom(config.p4info)
