@@ -57,9 +57,9 @@ class Entry:
     action: str
     params: dict[str, int]
     is_default: bool = False
+    metadata: bytes = b""  # the controller's own, stored with the entry
     packets: int = 0
     bytes: int = 0
-    metadata: bytes = b""
 
 
 class P4Info(P4InfoIndex):
@@ -193,6 +193,8 @@ class P4Info(P4InfoIndex):
         if isinstance(raw.action, tuple):
             action_id, values = raw.action
             a = self.by_id(action_id)
+            if not isinstance(a, p4info_pb2.Action):
+                raise PipelineMismatch(f"switch returned an entry of unknown action {action_id:#x}")
             action = a.preamble.name
             names = {p.id: p.name for p in a.params}
             params = {names[pid]: decode(v) for pid, v in values}

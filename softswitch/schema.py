@@ -83,8 +83,13 @@ def _table(index: P4InfoIndex, t: p4info_pb2.Table) -> TableSchema:
     if t.const_default_action_id:
         raise SchemaError(f"table {t.preamble.name}: const default actions are not implemented")
     init = t.initial_default_action
+    initial = index.by_id(init.action_id)
+    if initial is None:
+        raise SchemaError(
+            f"table {t.preamble.name}: its initial default action is not in the P4Info"
+        )
     default = (
-        index.by_id(init.action_id).preamble.name,
+        initial.preamble.name,
         tuple(int.from_bytes(arg.value, "big") for arg in init.arguments),
     )
     counter = index.direct_counter_of(t.preamble.id)

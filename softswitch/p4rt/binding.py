@@ -43,7 +43,7 @@ class TableBinding:
     fields: list[FieldBinding]  # P4Info order
     field_by_id: dict[int, FieldBinding]
     direct_counter_id: int = 0
-    encoder: TableEncoder | None = None  # serializes read results; set by bind()
+    encoder: TableEncoder = field(init=False)  # serializes read results; set by bind()
 
 
 class EntryMetadata:
@@ -176,12 +176,12 @@ def bind(index: P4InfoIndex, pipeline: Any) -> Binding:
         else:
             b.counters[c.preamble.id] = counter
     for dc in p4info.direct_counters:
-        tb = b.tables.get(dc.direct_table_id)
-        if tb is None or not tb.table.has_direct_counter:
+        owner = b.tables.get(dc.direct_table_id)
+        if owner is None or not owner.table.has_direct_counter:
             problems.append(f"direct counter {dc.preamble.name}: table has no direct counter")
         else:
-            b.direct_counters[dc.preamble.id] = tb.id
-            tb.direct_counter_id = dc.preamble.id
+            b.direct_counters[dc.preamble.id] = owner.id
+            owner.direct_counter_id = dc.preamble.id
     for r in p4info.registers:
         register = pipeline.registers.get(r.preamble.name)
         if register is None:

@@ -30,7 +30,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -162,7 +162,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.lock = threading.Lock()
         self.config: _Config | None = None
         self.saved_uncommitted = False
-        self.counts = collections.Counter()
+        self.counts: collections.Counter[str] = collections.Counter()
         self.max_streams = max_streams
         self.arbitration_timeout = arbitration_timeout
         self._streams: set[Client] = set()
@@ -236,7 +236,9 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         return p4runtime_pb2.CapabilitiesResponse(p4runtime_api_version=API_VERSION)
 
     @_rpc
-    def SetForwardingPipelineConfig(self, request: SetReq, context: grpc.ServicerContext) -> Any:
+    def SetForwardingPipelineConfig(
+        self, request: p4runtime_pb2.SetForwardingPipelineConfigRequest, context: Any
+    ) -> Any:
         self._check_device(request.device_id)
         self._check_writer(request)
         action = request.action
@@ -267,7 +269,9 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         return p4runtime_pb2.SetForwardingPipelineConfigResponse()
 
     @_rpc
-    def GetForwardingPipelineConfig(self, request: GetReq, context: grpc.ServicerContext) -> Any:
+    def GetForwardingPipelineConfig(
+        self, request: p4runtime_pb2.GetForwardingPipelineConfigRequest, context: Any
+    ) -> Any:
         self._check_device(request.device_id)
         response = p4runtime_pb2.GetForwardingPipelineConfigResponse()
         config = self.config
@@ -339,6 +343,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                 raise self.undecodable(request, context.peer())
             self._check_device(request.device_id)
             binding = self._binding()
+            found: list[Iterable[bytes]]
             with self.lock:  # a consistent snapshot; encoded and streamed after the lock
                 if isinstance(request, CounterReadIn):
                     found = [read_counter(binding, cid, i) for cid, i in request.cells]
