@@ -67,8 +67,9 @@ class EntryMetadata:
             entries.pop(key, None)
 
     def of(self, table: str) -> dict[Any, bytes]:
-        """Key -> metadata of one table's entries that have some."""
-        return self._by_table.get(table) or {}
+        """Key -> metadata of one table's entries that have some: a copy, so that a read
+        encoded after the server's lock is released shows the state it snapshot."""
+        return dict(self._by_table.get(table) or {})
 
 
 @dataclass

@@ -3,12 +3,15 @@
 Follows PI/BMv2's rules where the spec leaves a choice (so one controller sees the same
 answers from both targets): an omitted LPM field is a wildcard, an explicit prefix length 0
 is rejected, INSERT/DELETE of the default entry are rejected, a default-entry MODIFY without
-an action resets the initial default action, counter DELETE resets the cell to 0.
+an action resets the initial default action, counter DELETE resets the cell to 0, a table
+read naming an absent key finds nothing. TableEntry.metadata is kept and read back; no table
+has idle timeout. tests/test_p4runtime_conformance.py compares the answers with BMv2's.
 
 Writes take table entries as p4rt.wire.RawEntry (from the fast wire parser or from a
-protobuf message). Reads run in two steps: `read_entity` checks the request and takes a snapshot of
-the state (call it under the server's lock); the snapshot then yields each entity already
-serialized (p4rt/wire.py), lazily, so a large read is encoded while it streams.
+protobuf message). Reads run in two steps: `read_entity` checks the request and takes a
+snapshot of the state (call it under the server's lock); the snapshot then yields each
+entity already serialized (p4rt/wire.py), lazily, so a large read is encoded while it
+streams.
 """
 
 from __future__ import annotations
@@ -220,7 +223,7 @@ def write_update(b: Binding, kind: int, entity: RawEntry | p4runtime_pb2.Entity)
     elif which == "packet_replication_engine_entry":
         _write_pre(kind, entity.packet_replication_engine_entry)
     elif which in _ABSENT_KINDS:
-        raise P4RTError(INVALID, f"{_named(entity, which)}: the P4Info has none")
+        raise P4RTError(INVALID, f"{_named(entity, which) or which}: the P4Info has none")
     else:
         raise P4RTError(UNIMPLEMENTED, f"{which or 'empty entity'}: not supported")
 
