@@ -15,11 +15,17 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from contract.codec import encode, encode_frame
 from contract.constants import MAX_ENTRIES, Op
+from p4rt import wire
 from topologies.netns import VethNet
 from topologies.switches import REPO_ROOT, SwitchProcess
+
+if TYPE_CHECKING:
+    from controller.client import SwitchClient
+    from controller.p4info import P4Info
 
 JOB_ID = 1
 HOT_KEYS = 1024
@@ -163,11 +169,50 @@ def _configure_switch(grpc_addr: str, device_config: bytes) -> dict:
         start = time.perf_counter()
         report = HotKeys(client, p4info).install(job, range(HOT_KEYS))
         seconds = time.perf_counter() - start
-    return {
+        reads = _read_rates(client, p4info)
+    install = {
         "hot_keys": HOT_KEYS,
         "table_entries": report.entries_written,
         "seconds": round(seconds, 3),
         "entries_per_s": round(report.entries_written / seconds, 1),
+    }
+    return {"p4runtime_install": install, "p4runtime_read": reads}
+
+
+READ_REPEATS = 5  # reads of each kind, timed together
+
+
+def _read_rates(client: SwitchClient, p4info: P4Info) -> dict:
+    """Entities per second the controller reads back, decoded: the 8 hot-key tables with
+    their direct counters (the online loop's hit source, one Read RPC) and both rows of the
+    sketch's counters (its cell reads)."""
+    from p4.v1 import p4runtime_pb2
+
+    from contract.names import hot_keys_table
+    from controller.sketch import Sketch
+
+    tables = [
+        p4runtime_pb2.Entity(table_entry=p4info.wildcard(hot_keys_table(i), counters=True))
+        for i in range(MAX_ENTRIES)
+    ]
+    entries = 0
+    start = time.perf_counter()
+    for _ in range(READ_REPEATS):
+        for reply in client.read_raw(tables):
+            entries += sum(1 for _ in wire.table_entry_counters(reply))
+    table_seconds = time.perf_counter() - start
+    sketch = Sketch(client, p4info)
+    cells = 0
+    start = time.perf_counter()
+    for _ in range(READ_REPEATS):
+        cells += sum(len(row) for row in sketch.read_sketch().rows)
+    cell_seconds = time.perf_counter() - start
+    return {
+        "repeats": READ_REPEATS,
+        "table_entries": entries // READ_REPEATS,
+        "table_entries_per_s": round(entries / table_seconds, 1),
+        "counter_cells": cells // READ_REPEATS,
+        "counter_cells_per_s": round(cells / cell_seconds, 1),
     }
 
 
@@ -223,8 +268,7 @@ def measure_switch(
             device_config = b""
             if target == "bmv2":
                 device_config = bmv2_device_config(bmv2_json)
-            install = _configure_switch(proc.grpc_addr, device_config)
-            results = {"p4runtime_install": install}
+            results = _configure_switch(proc.grpc_addr, device_config)
             seq_base = 0
             for name, hot, out_port, sketch in CASES:
                 if sketch:

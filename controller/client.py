@@ -20,7 +20,6 @@ from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from controller import wire
 from controller.errors import (
     ControllerError,
     NoPipeline,
@@ -30,6 +29,7 @@ from controller.errors import (
     translate_rpc_error,
     write_error,
 )
+from p4rt import wire
 
 log = logging.getLogger(__name__)
 
@@ -108,16 +108,16 @@ class SwitchClient:
         ]
         self._channel = grpc.insecure_channel(self.addr, options=options)
         self._stub = p4runtime_pb2_grpc.P4RuntimeStub(self._channel)
-        # Write takes request bytes (built by controller.wire), not a message.
+        # Write takes request bytes (built by p4rt.wire), not a message.
         self._write = self._channel.unary_unary(
             "/p4.v1.P4Runtime/Write",
             request_serializer=None,
             response_deserializer=p4runtime_pb2.WriteResponse.FromString,
         )
-        # Read whose replies stay bytes, for controller.wire's decoders (read_raw).
+        # Read whose replies stay bytes, for p4rt.wire's decoders (read_raw).
         self._read_raw = self._channel.unary_stream(
             "/p4.v1.P4Runtime/Read",
-            request_serializer=None,  # bytes, built by controller.wire
+            request_serializer=None,  # bytes, built by p4rt.wire
             response_deserializer=None,
         )
         try:
@@ -319,7 +319,7 @@ class SwitchClient:
         batch_size: int = WRITE_BATCH,
         stop_on_error: bool = True,
     ) -> None:
-        """Send `updates` (messages, or Update bytes from controller.wire) in batches with
+        """Send `updates` (messages, or Update bytes from p4rt.wire) in batches with
         CONTINUE_ON_ERROR.
 
         A failure raises a WriteError subclass whose `errors` index into `updates`; every
@@ -332,7 +332,10 @@ class SwitchClient:
         self._await_session()
         errors: list[UpdateError] = []
         for start in range(0, len(updates), batch_size):
-            batch = [wire.serialize_update(u) for u in updates[start : start + batch_size]]
+            batch = [
+                u if isinstance(u, bytes) else u.SerializeToString()
+                for u in updates[start : start + batch_size]
+            ]
             req = wire.write_request(
                 self.device_id,
                 self.election_id,
@@ -378,9 +381,9 @@ class SwitchClient:
             raise translate_rpc_error(e, self.addr, "Read") from None
 
     def read_raw(self, entities: Iterable[p4runtime_pb2.Entity | bytes]) -> Iterator[bytes]:
-        """read(), each ReadResponse left serialized (controller.wire decodes the few that
-        bulk reads need, ~20x faster than the pure-Python protobuf here); an entity may be
-        given serialized (wire.counter_entity)."""
+        """read(), each ReadResponse left serialized (p4rt.wire decodes the ones that bulk
+        reads need, ~20x faster than the pure-Python protobuf here); an entity may be given
+        serialized (wire.counter_entity)."""
         if self._read_raw is None:
             raise SwitchUnreachable(f"client for {self.addr} is not connected")
         self._await_session()
@@ -391,8 +394,11 @@ class SwitchClient:
         except grpc.RpcError as e:
             raise translate_rpc_error(e, self.addr, "Read") from None
 
-    def read_table(self, entry: p4runtime_pb2.TableEntry) -> list[p4runtime_pb2.TableEntry]:
-        return [e.table_entry for e in self.read([p4runtime_pb2.Entity(table_entry=entry)])]
+    def read_table(self, entry: p4runtime_pb2.TableEntry) -> list[wire.RawEntry]:
+        """The table entries matching `entry`, decoded by p4rt.wire (P4Info.decode_entry
+        gives their names and ints)."""
+        request = p4runtime_pb2.Entity(table_entry=entry)
+        return [e for reply in self.read_raw([request]) for e in wire.table_entries(reply)]
 
     # --- packets ---
 

@@ -77,7 +77,7 @@ class HotKeys:
     def __init__(self, client: SwitchClient, p4info: P4Info) -> None:
         self.client = client
         self.p4info = p4info
-        # Bulk writes: encoders per instance write entry bytes directly (controller/wire.py).
+        # Bulk writes: encoders per instance write entry bytes directly (p4rt/wire.py).
         self._keys_only = [p4info.encoder(hot_keys_table(i)) for i in range(MAX_ENTRIES)]
         self._with_slot = [
             p4info.encoder(hot_keys_table(i), set_slot_action(i)) for i in range(MAX_ENTRIES)

@@ -24,11 +24,11 @@ from p4.v1 import p4runtime_pb2
 from contract import names
 from contract.constants import SKETCH_WIDTH
 from contract.sketch import indexes
-from controller import wire
 from controller.client import SwitchClient
 from controller.errors import BadInput, EntryExists
 from controller.online.observation import Observation
 from controller.p4info import P4Info, decode
+from p4rt import wire
 
 TABLE = names.TABLE_SKETCH_CONFIG
 SET_SKETCH = names.ACTION_SET_SKETCH
@@ -73,9 +73,7 @@ class Sketch:
     def __init__(self, client: SwitchClient, p4info: P4Info) -> None:
         self.client = client
         self.p4info = p4info
-        digest = next(
-            (d for d in p4info.message.digests if d.preamble.name == names.DIGEST_SKETCH), None
-        )
+        digest = p4info.find("digests", names.DIGEST_SKETCH)
         if digest is None:
             raise BadInput(f"the P4Info has no digest {names.DIGEST_SKETCH}")
         self.digest_id = digest.preamble.id

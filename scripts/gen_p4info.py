@@ -42,6 +42,7 @@ from p4.config.v1 import p4info_pb2
 # describes), even where the installed hotagg is another checkout's.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from contract.p4files import P4INFO_PATH, ContractError
+from p4rt.p4info import P4InfoIndex, differences, explain
 
 PREFIX = {
     "action": p4info_pb2.P4Ids.ACTION,
@@ -52,6 +53,7 @@ PREFIX = {
     "register": p4info_pb2.P4Ids.REGISTER,
     "digest": p4info_pb2.P4Ids.DIGEST,
 }
+MAX_SHOWN = 10  # differences --check lists
 HEADER = "# proto-file: p4/config/v1/p4info.proto\n# proto-message: p4.config.v1.P4Info\n\n"
 
 
@@ -378,6 +380,17 @@ def render() -> str:
     return HEADER + text_format.MessageToString(info)
 
 
+def changes(generated: str, current: str, path: Path) -> list[str]:
+    """What differs between the generated P4Info and the file's, object by object."""
+    try:
+        theirs = P4InfoIndex.parse(current)
+    except text_format.ParseError as exc:
+        return [f"{path} is not a text-format P4Info: {exc}"]
+    found = differences(P4InfoIndex.parse(generated), theirs)
+    lines = [explain(d, ours="generated", theirs=f"in {path.name}") for d in found]
+    return lines or ["the same objects; the order or the formatting differs"]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", type=Path, default=P4INFO_PATH, help="file to write")
@@ -398,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         current = args.output.read_text() if args.output.exists() else ""
         if current != text:
             print(f"gen_p4info: {args.output} is out of date; run {sys.argv[0]}", file=sys.stderr)
+            for line in changes(text, current, args.output)[:MAX_SHOWN]:
+                print(f"  {line}", file=sys.stderr)
             return 1
         return 0
     args.output.write_text(text)

@@ -21,7 +21,6 @@ from contract.frames import push_frame
 from contract.names import hot_keys_table as table
 from contract.names import set_slot_action as set_slot
 from contract.p4files import P4INFO_PATH as COMMITTED_P4INFO
-from controller import wire
 from controller.client import SwitchClient
 from controller.drop_sim import DropSim, rate_of
 from controller.errors import (
@@ -46,6 +45,7 @@ from controller.jobs import Jobs
 from controller.p4info import P4Info
 from controller.stats import Stats
 from controller.tenancy import Admission, Tenancy, admission, admissions_from_topology
+from p4rt import wire
 from softswitch.p4rt import P4RuntimeServer
 from softswitch.pipeline import Pipeline
 from softswitch.state import Table
@@ -134,7 +134,7 @@ def test_entry_encoder_bytes_equal_protobuf_serialization(switch: Switch) -> Non
 
 
 def test_read_reply_decoders_agree_with_protobuf() -> None:
-    # controller.wire reads counter entries and hot-key table entries out of serialized
+    # p4rt.wire reads counter entries and hot-key table entries out of serialized
     # ReadResponses (the bulk reads of the online loop); protobuf's own parse is the truth,
     # over zero values (omitted on the wire), 64-bit counts and fields the decoders skip.
     reply = p4runtime_pb2.ReadResponse()

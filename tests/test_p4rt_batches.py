@@ -15,10 +15,11 @@ from p4.v1 import p4runtime_pb2
 
 from contract.constants import MAX_ENTRIES
 from contract.names import hot_keys_table, set_slot_action
-from controller import cli, wire
+from controller import cli
 from controller.errors import EntryExists
 from controller.hot_keys import HotKeys
 from controller.jobs import Jobs
+from p4rt import wire
 
 JOB = 3  # conftest's jobs are 1 and 2
 

@@ -354,10 +354,10 @@ def test_check_p4info_reports_each_difference():
         "ipv4_lpm: size 512",
         "jobs: match fields",
         "lookup0.miss is missing",
-        "agg_value: 32768 x 16 bits",
+        "agg_value: bitwidth 16",
         "controller header packet_in",
         "lookup7.hot_keys: direct counter",
-        "surprise in the P4Info is not implemented",
+        "surprise is missing in the embedded pipeline",
     ]:
         assert needle in text, (needle, errs)
     assert len(errs) == 7

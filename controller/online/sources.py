@@ -34,10 +34,10 @@ from p4.v1 import p4runtime_pb2
 from contract.constants import MAX_ENTRIES
 from contract.freqfile import LiveReader, is_live, read_frequency
 from contract.names import hot_keys_table
-from controller import wire
 from controller.errors import BadInput
 from controller.hot_keys import HotKeys
 from controller.online.observation import Observation, RateSource, updates_from_presence
+from p4rt import wire
 
 _NONE = np.zeros(0, np.int64)
 # A frequency file's counts since the last read: iterations done, and at the last read; the

@@ -6,11 +6,11 @@ from p4.v1 import p4runtime_pb2
 
 from contract.constants import MAX_ENTRIES
 from contract.names import hot_keys_table, set_slot_action
-from controller import wire
 from controller.errors import BadInput, BudgetExceeded, WriteError
 from controller.hot_keys import HotKeys, check_key
 from controller.jobs import Job
 from controller.online.policy import Changes
+from p4rt import wire
 
 STEP_BATCH = 4096  # updates per Write RPC of a step (~200 KB, far below gRPC's 4 MB)
 

@@ -26,7 +26,7 @@ import grpc
 from google.rpc import code_pb2
 from p4.v1 import p4runtime_pb2
 
-from softswitch.p4rt.errors import P4RTError
+from p4rt.errors import P4RTError
 
 MAX_STREAMS_PER_ROLE = 16  # PI: DeviceState::max_connections
 MAX_ROLES = 16  # named roles a device remembers, besides the default role

@@ -2,7 +2,8 @@
 
 The pipeline knows its tables, counters and registers by fully qualified P4Info name; the
 controller speaks in P4Info ids. A binding is built once per SetForwardingPipelineConfig
-and is read-only afterwards, so gRPC threads share it without locking.
+and is read-only afterwards, so gRPC threads share it without locking; only its
+EntryMetadata changes, under the server's lock, as table writes do.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ from typing import Any
 
 from p4.config.v1 import p4info_pb2
 
-from softswitch.p4rt.wire import TableEncoder
-
-MATCH_KINDS = {p4info_pb2.MatchField.EXACT: "exact", p4info_pb2.MatchField.LPM: "lpm"}
+from p4rt.p4info import P4InfoIndex
+from p4rt.wire import TableEncoder
 
 
 @dataclass
@@ -43,11 +43,38 @@ class TableBinding:
     fields: list[FieldBinding]  # P4Info order
     field_by_id: dict[int, FieldBinding]
     direct_counter_id: int = 0
-    encoder: TableEncoder | None = None  # serializes read results; set by bind()
+    encoder: TableEncoder = field(init=False)  # serializes read results; set by bind()
+
+
+class EntryMetadata:
+    """TableEntry.metadata of the entries written with one, by table name and match (None:
+    the default entry). The bytes are the controller's, opaque to the switch, so they live
+    here beside the pipeline's tables, not in them, as in PI (its "table info store")."""
+
+    def __init__(self) -> None:
+        self._by_table: dict[str, dict[Any, bytes]] = {}
+
+    def set(self, table: str, key: Any, metadata: bytes) -> None:
+        """Keep `metadata` for an entry (none: forget what it had)."""
+        if metadata:
+            self._by_table.setdefault(table, {})[key] = metadata
+        else:
+            self.drop(table, key)
+
+    def drop(self, table: str, key: Any) -> None:
+        entries = self._by_table.get(table)
+        if entries:
+            entries.pop(key, None)
+
+    def of(self, table: str) -> dict[Any, bytes]:
+        """Key -> metadata of one table's entries that have some: a copy, so that a read
+        encoded after the server's lock is released shows the state it snapshot."""
+        return dict(self._by_table.get(table) or {})
 
 
 @dataclass
 class Binding:
+    index: P4InfoIndex
     tables: dict[int, TableBinding] = field(default_factory=dict)
     actions: dict[int, ActionBinding] = field(default_factory=dict)
     action_ids: dict[str, int] = field(default_factory=dict)
@@ -56,6 +83,8 @@ class Binding:
     registers: dict[int, Any] = field(default_factory=dict)  # id -> state.Register
     packet_in: list[tuple[int, int]] = field(default_factory=list)  # (id, bitwidth)
     packet_out: list[tuple[int, int]] = field(default_factory=list)
+    # Lives as long as the tables' contents: a config set without emptying them passes it on.
+    metadata: EntryMetadata = field(default_factory=EntryMetadata)
 
 
 class BindingError(ValueError):
@@ -67,7 +96,7 @@ class BindingError(ValueError):
 
 
 def _bind_action(action: p4info_pb2.Action, spec: Any, problems: list[str]) -> ActionBinding:
-    by_name = {p.name: p for p in action.params}
+    by_name = {p.name: p for p in P4InfoIndex.params(action)}
     params: list[tuple[int, int]] = []
     for pname, width in spec.params:
         p = by_name.get(pname)
@@ -75,9 +104,9 @@ def _bind_action(action: p4info_pb2.Action, spec: Any, problems: list[str]) -> A
             problems.append(f"action {action.preamble.name}: no parameter {pname!r}")
             continue
         params.append((p.id, width))
-    if len(action.params) != len(spec.params):
+    if len(by_name) != len(spec.params):
         problems.append(
-            f"action {action.preamble.name}: {len(action.params)} parameters in the P4Info, "
+            f"action {action.preamble.name}: {len(by_name)} parameters in the P4Info, "
             f"{len(spec.params)} in the pipeline"
         )
     return ActionBinding(
@@ -91,17 +120,17 @@ def _bind_action(action: p4info_pb2.Action, spec: Any, problems: list[str]) -> A
 def _bind_table(t: p4info_pb2.Table, table: Any, problems: list[str]) -> TableBinding:
     positions = {f.name: i for i, f in enumerate(table.fields)}
     fields = []
-    for i, mf in enumerate(t.match_fields):
-        kind = MATCH_KINDS.get(mf.match_type)
+    p4_fields = P4InfoIndex.match_fields(t)
+    for i, mf in enumerate(p4_fields):
         pos = positions.get(mf.name, i)
-        if kind is None:
+        if mf.kind not in ("exact", "lpm"):
             problems.append(f"table {t.preamble.name}: match kind of {mf.name!r} not supported")
             continue
-        if pos >= len(table.fields) or table.fields[pos].kind != kind:
+        if pos >= len(table.fields) or table.fields[pos].kind != mf.kind:
             problems.append(f"table {t.preamble.name}: field {mf.name!r} does not fit")
             continue
-        fields.append(FieldBinding(mf.id, mf.name, table.fields[pos].bitwidth, kind, pos))
-    if len(t.match_fields) != len(table.fields):
+        fields.append(FieldBinding(mf.id, mf.name, table.fields[pos].bitwidth, mf.kind, pos))
+    if len(p4_fields) != len(table.fields):
         problems.append(f"table {t.preamble.name}: wrong number of match fields")
     return TableBinding(
         id=t.preamble.id,
@@ -120,20 +149,19 @@ def _encoder(tb: TableBinding, b: Binding) -> TableEncoder:
     return TableEncoder(tb.id, fields, actions)
 
 
-def bind(p4info: p4info_pb2.P4Info, pipeline: Any) -> Binding:
-    """Binding of `p4info` to `pipeline`; raises BindingError listing what does not fit."""
+def bind(index: P4InfoIndex, pipeline: Any) -> Binding:
+    """Binding of a P4Info to `pipeline`; raises BindingError listing what does not fit."""
     problems: list[str] = []
-    b = Binding()
-    actions = {a.preamble.id: a for a in p4info.actions}
+    b = Binding(index)
+    p4info = index.message
     for t in p4info.tables:
         table = pipeline.tables.get(t.preamble.name)
         if table is None:
             problems.append(f"table {t.preamble.name} is not in the pipeline")
             continue
         b.tables[t.preamble.id] = _bind_table(t, table, problems)
-        for ref in t.action_refs:
-            a = actions.get(ref.id)
-            if a is None:
+        for ref, (a, _) in zip(t.action_refs, index.action_refs(t)):
+            if not isinstance(a, p4info_pb2.Action):
                 problems.append(f"table {t.preamble.name}: unknown action id {ref.id:#x}")
             elif a.preamble.name not in table.actions:
                 problems.append(f"table {t.preamble.name}: action {a.preamble.name} unknown")
@@ -149,12 +177,12 @@ def bind(p4info: p4info_pb2.P4Info, pipeline: Any) -> Binding:
         else:
             b.counters[c.preamble.id] = counter
     for dc in p4info.direct_counters:
-        tb = b.tables.get(dc.direct_table_id)
-        if tb is None or not tb.table.has_direct_counter:
+        owner = b.tables.get(dc.direct_table_id)
+        if owner is None or not owner.table.has_direct_counter:
             problems.append(f"direct counter {dc.preamble.name}: table has no direct counter")
         else:
-            b.direct_counters[dc.preamble.id] = tb.id
-            tb.direct_counter_id = dc.preamble.id
+            b.direct_counters[dc.preamble.id] = owner.id
+            owner.direct_counter_id = dc.preamble.id
     for r in p4info.registers:
         register = pipeline.registers.get(r.preamble.name)
         if register is None:
@@ -162,7 +190,7 @@ def bind(p4info: p4info_pb2.P4Info, pipeline: Any) -> Binding:
         else:
             b.registers[r.preamble.id] = register
     for cpm in p4info.controller_packet_metadata:
-        fields = [(m.id, m.bitwidth) for m in cpm.metadata]
+        fields = [(m.id, m.bitwidth) for m in index.metadata(cpm)]
         if cpm.preamble.name == "packet_in":
             b.packet_in = fields
         elif cpm.preamble.name == "packet_out":

@@ -26,11 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
-from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 
-from softswitch.p4rt.codec import encode
-from softswitch.p4rt.errors import P4RTError
+from p4rt.bytestrings import encode
+from p4rt.errors import P4RTError
+from p4rt.p4info import P4InfoIndex
 
 log = logging.getLogger(__name__)
 
@@ -55,21 +55,6 @@ class _Digest:
     cache: set[Sample] = field(default_factory=set)
 
 
-def digest_fields(p4info: p4info_pb2.P4Info) -> dict[str, tuple[int, tuple[int, ...]]]:
-    """name -> (id, member bit widths) of every digest whose type is a struct of bitstrings."""
-    out = {}
-    for d in p4info.digests:
-        struct = p4info.type_info.structs.get(d.type_spec.struct.name)
-        if struct is None:
-            continue
-        widths = []
-        for m in struct.members:
-            bs = m.type_spec.bitstring
-            widths.append(bs.bit.bitwidth if bs.HasField("bit") else bs.int.bitwidth)
-        out[d.preamble.name] = (d.preamble.id, tuple(widths))
-    return out
-
-
 class DigestManager:
     """Digest configuration and delivery of one device; thread safe.
 
@@ -87,15 +72,18 @@ class DigestManager:
 
     # ---- configuration (control plane) ----
 
-    def set_pipeline(self, p4info: p4info_pb2.P4Info) -> None:
-        """A new pipeline: its digests, none configured, nothing pending."""
+    def set_pipeline(self, index: P4InfoIndex) -> None:
+        """A new pipeline's P4Info: its digests, none configured, nothing pending."""
         with self._cond:
             self._by_id.clear()
             self._by_name.clear()
-            for name, (digest_id, widths) in digest_fields(p4info).items():
-                d = _Digest(digest_id, name, widths)
-                self._by_id[digest_id] = d
-                self._by_name[name] = d
+            for digest in index.objects("digests"):
+                widths = index.digest_widths(digest)
+                if widths is None:  # not a struct: no samples of ours fit it
+                    continue
+                d = _Digest(digest.preamble.id, digest.preamble.name, widths)
+                self._by_id[d.digest_id] = d
+                self._by_name[d.name] = d
 
     def _digest(self, digest_id: int) -> _Digest:
         d = self._by_id.get(digest_id)

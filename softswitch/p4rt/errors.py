@@ -27,6 +27,7 @@ import grpc
 from google.rpc import status_pb2
 from p4.v1 import p4runtime_pb2
 
+from p4rt.errors import P4RTError
 from softswitch import state
 
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
@@ -47,15 +48,6 @@ _STATE_CODES: tuple[tuple[type[state.StateError], grpc.StatusCode], ...] = (
     (state.TableFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (state.BadIndex, grpc.StatusCode.OUT_OF_RANGE),
 )
-
-
-class P4RTError(Exception):
-    """A request (or one update of a batch) failed with a gRPC status code."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def from_state_error(exc: state.StateError) -> P4RTError:

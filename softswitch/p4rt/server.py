@@ -6,8 +6,8 @@ I/O goes through a `Dataplane` (softswitch.runtime): PacketOut -> `inject(cpu_po
 payload)`; the data plane hands frames the pipeline sent to the CPU port to `packet_in()`.
 
 Write and Read skip protobuf messages where it is slow (pure-Python protobuf 3.20): Write
-receives the request bytes and parses them with parse.py (protobuf only for what that parser
-does not cover); Read yields ReadResponse bytes that entities.py/wire.py wrote directly.
+receives the request bytes and parses them with p4rt/wire.py (protobuf only for what that
+parser does not cover); Read yields ReadResponse bytes that entities.py wrote with p4rt/wire.py.
 
 Abuse limits. gRPC's Python server runs each RPC, a StreamChannel for its whole life, on one
 of `max_workers` threads, so open streams could leave none for Write/Read/Get (PI's C++
@@ -30,7 +30,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -41,22 +41,25 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from contract.constants import CPU_PORT
 from contract.names import DIGEST_SKETCH
-from softswitch.p4rt.arbitration import Arbiter, Client, election_int
-from softswitch.p4rt.binding import Binding, BindingError, bind
-from softswitch.p4rt.codec import decode, encode, header_len, pack_header, unpack_header
-from softswitch.p4rt.digests import DigestManager
-from softswitch.p4rt.entities import read_counter, read_entity, write_update
-from softswitch.p4rt.errors import STATUS_DETAILS_KEY, P4RTError, batch_status
-from softswitch.p4rt.parse import (
+from p4rt.bytestrings import decode, encode
+from p4rt.errors import P4RTError
+from p4rt.p4info import P4InfoIndex
+from p4rt.proto import Fallback
+from p4rt.wire import (
     CounterReadIn,
-    EntryIn,
-    Fallback,
+    RawEntry,
     WriteIn,
+    chunks,
     parse_counter_read,
     parse_write_request,
     write_in,
 )
-from softswitch.p4rt.wire import chunks
+from softswitch.p4rt.arbitration import Arbiter, Client, election_int
+from softswitch.p4rt.binding import Binding, BindingError, bind
+from softswitch.p4rt.codec import header_len, pack_header, unpack_header
+from softswitch.p4rt.digests import DigestManager
+from softswitch.p4rt.entities import read_counter, read_entity, write_update
+from softswitch.p4rt.errors import STATUS_DETAILS_KEY, batch_status
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +105,7 @@ def _decoder(message: Any) -> Callable[[bytes], Any]:
 
 
 def _read_decoder(data: bytes) -> Any:
-    """A counter-cells ReadRequest parsed by hand (parse.parse_counter_read), any other
+    """A counter-cells ReadRequest parsed by hand (p4rt.wire.parse_counter_read), any other
     by protobuf."""
     try:
         return parse_counter_read(data)
@@ -159,7 +162,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.lock = threading.Lock()
         self.config: _Config | None = None
         self.saved_uncommitted = False
-        self.counts = collections.Counter()
+        self.counts: collections.Counter[str] = collections.Counter()
         self.max_streams = max_streams
         self.arbitration_timeout = arbitration_timeout
         self._streams: set[Client] = set()
@@ -213,7 +216,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         problems = list(self.check_p4info(config.p4info))
         binding = None
         try:
-            binding = bind(config.p4info, self.pipeline)
+            binding = bind(P4InfoIndex(config.p4info), self.pipeline)
         except BindingError as e:
             problems += [p for p in e.problems if p not in problems]
         if problems or binding is None:
@@ -233,7 +236,9 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         return p4runtime_pb2.CapabilitiesResponse(p4runtime_api_version=API_VERSION)
 
     @_rpc
-    def SetForwardingPipelineConfig(self, request: SetReq, context: grpc.ServicerContext) -> Any:
+    def SetForwardingPipelineConfig(
+        self, request: p4runtime_pb2.SetForwardingPipelineConfigRequest, context: Any
+    ) -> Any:
         self._check_device(request.device_id)
         self._check_writer(request)
         action = request.action
@@ -255,20 +260,25 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         with self.lock:
             if action == SetReq.VERIFY_AND_COMMIT:
                 self.pipeline.reset()  # a new pipeline starts from empty tables and registers
+            elif self.config is not None:  # the tables keep their entries and metadata
+                new.binding.metadata = self.config.binding.metadata
             self.config = new
-            self.digests.set_pipeline(new.p4info)  # no digest configured, nothing pending
+            self.digests.set_pipeline(new.binding.index)  # no digest configured, none pending
             self.saved_uncommitted = action == SetReq.VERIFY_AND_SAVE
         log.info("pipeline config set (%s)", SetReq.Action.Name(action))
         return p4runtime_pb2.SetForwardingPipelineConfigResponse()
 
     @_rpc
-    def GetForwardingPipelineConfig(self, request: GetReq, context: grpc.ServicerContext) -> Any:
+    def GetForwardingPipelineConfig(
+        self, request: p4runtime_pb2.GetForwardingPipelineConfigRequest, context: Any
+    ) -> Any:
         self._check_device(request.device_id)
         response = p4runtime_pb2.GetForwardingPipelineConfigResponse()
         config = self.config
         if config is None:
             return response  # spec: the config field stays unset
         out = response.config
+        out.SetInParent()  # set, even when it holds nothing (COOKIE_ONLY without a cookie)
         kind = request.response_type
         if kind in (GetReq.ALL, GetReq.P4INFO_AND_COOKIE):
             out.p4info.CopyFrom(config.p4info)
@@ -293,7 +303,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
         with self.lock:
             for kind, entity in req.updates:
                 try:
-                    if not isinstance(entity, EntryIn) and entity.HasField("digest_entry"):
+                    if not isinstance(entity, RawEntry) and entity.HasField("digest_entry"):
                         self.digests.write(kind, entity.digest_entry)
                     else:
                         write_update(binding, kind, entity)
@@ -333,6 +343,7 @@ class P4RuntimeService(p4runtime_pb2_grpc.P4RuntimeServicer):
                 raise self.undecodable(request, context.peer())
             self._check_device(request.device_id)
             binding = self._binding()
+            found: list[Iterable[bytes]]
             with self.lock:  # a consistent snapshot; encoded and streamed after the lock
                 if isinstance(request, CounterReadIn):
                     found = [read_counter(binding, cid, i) for cid, i in request.cells]
