@@ -22,10 +22,10 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
+from contract.enums import NameEnum
 from contract.p4files import REPO
 
 DEFAULT_LOG_DIR = Path("/tmp/hotagg-logs")  # where a switch's <name>.log goes by default
@@ -37,16 +37,12 @@ P4C_BINARY = "p4c-bm2-ss"
 BMV2_JSON = REPO / "build" / "hotagg.json"  # `make build`'s output: p4src/ compiled for BMv2
 
 
-class TargetName(str, Enum):
+class TargetName(NameEnum):
     """The targets hotagg ships; their values are the TARGET= / --target names. A target
     registered elsewhere (a test's) is named by its class's plain string."""
 
     EMBEDDED = "embedded"
     BMV2 = "bmv2"
-
-    # the value, not "TargetName.BMV2", wherever a name is printed or formatted
-    __str__ = str.__str__
-    __format__ = str.__format__
 
 
 class UnknownTarget(ValueError):
