@@ -1,15 +1,21 @@
 """Switch targets as classes (topologies/targets.py): what each shipped target owns, and a
-third target that is one class: registered, the switch process starts it and waits for it as
-its class says (no root, no network)."""
+third target that is one class: registered, it is accepted by the options, the sweep, the
+switch process and the report without a change anywhere else (no root, no network)."""
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
+from experiment import sweep
+from experiment.__main__ import build_parser
+from experiment.configline import config_line
+from experiment.options import check, config_of
+from experiment.report import regime_hint
 from topologies.switches import SwitchProcess
 from topologies.targets import (
     TARGETS,
@@ -21,6 +27,7 @@ from topologies.targets import (
     UnknownTarget,
     make_target,
     register,
+    switch_programs,
     target_class,
 )
 
@@ -42,6 +49,10 @@ class ToyTarget(Target):
 
     def argv(self, spec: LaunchSpec) -> list[str]:
         return [sys.executable, "-c", LISTEN, spec.grpc_addr, "toy-switch"]
+
+    @classmethod
+    def cost_note(cls, record: Mapping[str, object]) -> str | None:
+        return "a faster toy"
 
 
 @pytest.fixture
@@ -88,6 +99,37 @@ def test_an_unknown_target_names_the_registered_ones() -> None:
         target_class("tofino")
     with pytest.raises(ValueError, match="unknown target 'tofino'"):
         SwitchProcess("s1", {}, target="tofino", grpc_port=1)
+
+
+def test_a_registered_target_is_accepted_everywhere_without_other_changes(
+    toy: type[ToyTarget], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from experiment import runner  # imports Mininet: only this test needs it
+
+    # the run's options, and their check before anything is built
+    argv = ["run", "--target", "toy", "--topo", "star:2", "--runs-dir", str(tmp_path)]
+    cfg = config_of(build_parser().parse_args(argv))
+    assert cfg.target == "toy"
+    assert len(check(cfg).workers) == 2
+    # the runner's preflight makes the testbed of it (root and Mininet taken as there)
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    monkeypatch.setattr(runner, "missing_prerequisites", lambda: None)
+    bed = runner.preflight(cfg)
+    assert isinstance(bed.target, ToyTarget)
+    assert "-toy-seed1-" in runner.Experiment(cfg, bed).make_run_dir().name
+    # the sweep passes it to every run
+    parser = argparse.ArgumentParser()
+    sweep.add_arguments(parser)
+    point = sweep.Point(2, 1.1, 256, 0.0, 2.0, 1, 1)
+    argv = sweep.run_arguments(point, parser.parse_args(["--target", "toy"]), tmp_path)
+    assert argv[argv.index("--target") + 1] == "toy"
+    # the report names it, and its cost note is the regime hint's
+    config = {**cfg.as_dict(), "link_bandwidth_mbps": [2.0]}
+    assert config_line({"config": config}).startswith("config: toy target, ")
+    hint = regime_hint({"fidelity": {"bottlenecks": {"offload": "switch"}}, "config": config})
+    assert hint == "a faster toy, or a lower BW= than 2"
+    # `make stop` looks for its processes too
+    assert "toy-switch" in switch_programs()
 
 
 def test_a_registered_target_starts_and_is_ready_as_its_class_says(
