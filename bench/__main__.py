@@ -22,7 +22,8 @@ from pathlib import Path
 
 from contract.clihelp import HelpParser
 from contract.constants import MAX_ENTRIES
-from topologies.switches import DEFAULT_BMV2_BINARY, bmv2_missing
+from topologies.switches import DEFAULT_BMV2_BINARY
+from topologies.targets import Bmv2Target, Target, target_class
 
 # BMv2's standard build and the build BMv2's docs/performance.md advises (see
 # ../shared/p4tools/README.md): both are measured unless --bmv2-binaries says otherwise.
@@ -105,26 +106,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench: bare Python loop on veth ({args.seconds:g} s) ...", flush=True)
     result["bare_loop"] = measure_bare_loop(args.seconds)
     ceiling = result["bare_loop"]["packets_per_s"]
-    runs: list[tuple[str, str, str | None]] = []  # (result key, target, BMv2 binary)
-    for target in args.targets.split(","):
-        if target == "bmv2":
-            runs += [(bmv2_target_name(b), "bmv2", b) for b in args.bmv2_binaries.split(",")]
+    runs: list[tuple[str, Target, str | None]] = []  # (result key, target, BMv2 binary)
+    for name in args.targets.split(","):
+        cls = target_class(name)
+        if issubclass(cls, Bmv2Target):  # one run per BMv2 build
+            runs += [(bmv2_target_name(b), cls(b), b) for b in args.bmv2_binaries.split(",")]
         else:
-            runs.append((target, target, None))
+            runs.append((name, cls.from_environment(), None))
     if args.bmv2_json:
         result["bmv2_json"] = str(args.bmv2_json)
     for key, target, binary in runs:
-        if target == "bmv2" and (why := bmv2_missing(binary)):
+        if why := target.missing():
             result["targets"][key] = {"binary": binary, "skipped": why}
             print(f"bench: {key} skipped: {why}", flush=True)
             continue
         print(f"bench: {key} switch ...", flush=True)
-        r = measure_switch(
-            target,
-            args.seconds,
-            bmv2_binary=binary,
-            bmv2_json=args.bmv2_json,
-        )
+        r = measure_switch(target, args.seconds, bmv2_json=args.bmv2_json)
         for case, *_ in CASES:
             r[case]["ratio_to_bare_loop"] = round(r[case]["packets_per_s"] / ceiling, 3)
         result["targets"][key] = {"binary": binary, **r} if binary else r

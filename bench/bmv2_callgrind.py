@@ -36,6 +36,7 @@ from bench.switch_bench import (
 )
 from topologies.netns import VethNet
 from topologies.switches import DEFAULT_BMV2_BINARY, SwitchProcess, bmv2_missing
+from topologies.targets import Bmv2Target
 
 
 @dataclass
@@ -96,9 +97,8 @@ def measure(binary: str, bmv2_json: Path | None, packets: int, gap: float) -> di
         proc = CallgrindSwitch(
             "callgrind",
             dict(net.switch_ifaces),
-            target="bmv2",
+            target=Bmv2Target(binary),
             log_dir=Path(tmp),
-            bmv2_binary=binary,
             out_dir=Path(tmp),
         )
         proc.launch().wait_ready(timeout=180)

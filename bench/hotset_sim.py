@@ -8,8 +8,8 @@ presence), applying the loop's changes `lag` iterations later (a step takes time
 initial set is the warm-up's: the most updated keys of `warmup` undrifted iterations read
 far away in the stream, at least one update per iteration, at most `budget`.
 
-Coverage as in summary.json's `hotset` block: per iteration, the share of its updates on the
-hot set; the hindsight oracle (the best `budget` keys of that iteration's own draws) and the
+Coverage as in summary.json's `offload_hot_set` block: per iteration, the share of its updates
+on the hot set; the hindsight oracle (the best `budget` keys of that iteration's own draws) and the
 expected oracle (the `budget` most likely keys of that iteration, ZipfWorkload.hottest).
 
 Policies: `static` (the warm-up's set, never changed), `dynamic` (the online loop, with its
@@ -61,8 +61,8 @@ from controller.online.estimators import (
 from controller.online.loop import OnlineController
 from controller.online.observation import Observation, updates_from_presence
 from controller.online.policy import CONFIDENCE, MARGIN, MAX_CHANGES, MIN_RATE, Changes, Hysteresis
+from experiment.config import HOTSET_EVERY
 from experiment.hotset import change_window, epoch_offset_sums
-from experiment.runner import HOTSET_EVERY
 from hosts.workloads import DriftSpec, StreamOffset, ZipfWorkload
 
 POLICIES = ("static", "dynamic", "decay", "informed", "bayes")

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from experiment.runner import HOTSET_EVERY
+from experiment.config import HOTSET_EVERY
 
 
 class Timed:

@@ -1,4 +1,4 @@
-"""What one step of the online hot-set loop costs (controller/online.py), before and after.
+"""What one step of the online hot-set loop costs (controller/online/), before and after.
 
 An embedded switch's P4Runtime server runs in a process of its own (optionally with a thread
 pushing PUSH frames through its pipeline, as traffic would), with a job of `--budget` slots

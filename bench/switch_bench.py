@@ -22,6 +22,7 @@ from contract.constants import MAX_ENTRIES, Op
 from p4rt import wire
 from topologies.netns import VethNet
 from topologies.switches import REPO_ROOT, SwitchProcess
+from topologies.targets import Bmv2Target, Target
 
 if TYPE_CHECKING:
     from controller.client import SwitchClient
@@ -247,27 +248,25 @@ def bmv2_device_config(bmv2_json: Path | None) -> bytes:
 
 
 def measure_switch(
-    target: str,
+    target: str | Target,
     seconds: float,
-    bmv2_binary: str | None = None,
     bmv2_json: Path | None = None,
 ) -> dict:
-    """Hot and cold push rates of one switch; for BMv2, of `bmv2_binary` (default: the
-    BMV2_BINARY knob of topologies/switches.py) running `bmv2_json` (default: p4src/)."""
+    """Hot and cold push rates of one switch of `target` (a name: its build from the
+    environment, e.g. BMV2_BINARY); BMv2 runs `bmv2_json` (default: p4src/)."""
     prefix = f"habn{os.getpid() % 100000}"
     with VethNet(prefix, 2) as net:
-        extra = {"bmv2_binary": bmv2_binary} if bmv2_binary else {}
         proc = SwitchProcess(
             "bench",
             dict(net.switch_ifaces),
             target=target,
             log_dir=Path("/tmp/hotagg-bench-logs"),
-            **extra,
         )
         with proc:
-            device_config = b""
-            if target == "bmv2":
+            if bmv2_json is not None and isinstance(proc.kind, Bmv2Target):
                 device_config = bmv2_device_config(bmv2_json)
+            else:
+                device_config = proc.kind.device_config()
             results = _configure_switch(proc.grpc_addr, device_config)
             seq_base = 0
             for name, hot, out_port, sketch in CASES:

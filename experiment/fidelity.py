@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from experiment.schema import Fidelity
+
 SAMPLE_SECONDS = 0.25
 CPU_BUSY = 0.90  # of all cores: the machine is the bottleneck
 SWITCH_BUSY = 0.90  # of one core: the switch process is the bottleneck
@@ -172,13 +174,13 @@ def verdict(samples: list[_Sample], links: list[LinkProbe]) -> dict[str, Any]:
 
     cpu_mean = machine_busy(first, last)
     cpu_high = high([machine_busy(a, b) for a, b in windows])
-    processes = {}
+    processes: dict[str, dict[str, Any]] = {}
     for label in first.procs:
         # A worker exits when its iterations are done, before the phase's last sample (and
         # may start after its first): count it between the first and last samples it was
         # seen in, as a share of the whole phase (it used no CPU while it was not there).
-        jiffies = [s.procs[label] for s in samples if s.procs.get(label) is not None]
-        waits = [s.waits[label] for s in samples if s.waits.get(label) is not None]
+        jiffies = [j for s in samples if (j := s.procs.get(label)) is not None]
+        waits = [w for s in samples if (w := s.waits.get(label)) is not None]
         used = _share(jiffies[0], jiffies[-1], seconds) if len(jiffies) > 1 else None
         peaks = [_share(a.procs[label], b.procs[label], b.t - a.t) for a, b in windows]
         processes[label] = {
@@ -225,7 +227,7 @@ def verdict(samples: list[_Sample], links: list[LinkProbe]) -> dict[str, Any]:
     ps_links = [r for r in shaped if r["to_ps"]]
     ps_util = max((r["utilization_p90"] for r in ps_links), default=0.0)
     ours = sum(p["cpu_mean"] or 0.0 for p in processes.values())
-    waits = [p["runqueue_wait"] for p in processes.values() if p["runqueue_wait"] is not None]
+    run_waits = [p["runqueue_wait"] for p in processes.values() if p["runqueue_wait"] is not None]
     ps_is_busiest = busiest is not None and busiest["to_ps"]
     if ps_is_busiest and ps_util >= PS_LINK_SATURATED:
         bottleneck, why = "ps_link", f"the PS link ran at {ps_util:.0%} of its rate"
@@ -237,7 +239,7 @@ def verdict(samples: list[_Sample], links: list[LinkProbe]) -> dict[str, Any]:
         why = (
             f"the cores were {cpu_high:.0%} busy (p90 of windows); this run's processes "
             f"used {ours:.2f} of {os.cpu_count()} cores and waited for one up to "
-            f"{max(waits, default=0.0):.0%} of the time"
+            f"{max(run_waits, default=0.0):.0%} of the time"
         )
     elif switch_busy >= SWITCH_BUSY:
         bottleneck, why = "switch", f"a switch process used {switch_busy:.0%} of a core"
@@ -268,7 +270,7 @@ def verdict(samples: list[_Sample], links: list[LinkProbe]) -> dict[str, Any]:
     }
 
 
-def summarize(phases: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+def summarize(phases: Mapping[str, dict[str, Any]]) -> Fidelity:
     """The run's fidelity block: faithful when every measured phase was; the bottleneck of
     each phase; the details as measured."""
     unfaithful = {name: v for name, v in phases.items() if not v["faithful"]}

@@ -1,10 +1,10 @@
 """HOTSET=dynamic and the hot set's coverage (issue 10 item 5).
 
 Dynamic mode: during the offload phase the runner runs the controller's online loop
-(controller/online.py, the library behind `hotagg-ctl hotkeys auto`) in a thread of its own
+(controller/online/, the library behind `hotagg-ctl hotkeys auto`) in a thread of its own
 process, on its P4Runtime session with the aggregating switch. The loop reads the PS shards'
 frequency counters, which each PS keeps in a `.live` file that it maps into memory
-(hosts/stats.py LiveFrequency; the PS rewrites nothing): their cold counts and the hot
+(contract/freqfile.py LiveFrequency; the PS rewrites nothing): their cold counts and the hot
 keys' collected counts (PSFrequencySource(collected=True)), and re-selects each time every
 shard has counted `every` more iterations, so its pace follows the iterations, not the
 machine's speed; a step's one P4Runtime call is the Write that moves its keys. The budget is the
@@ -17,7 +17,7 @@ Nothing else changes for the agents (docs/design.md section 4): the workers' and
 `--hot-keys` is only the initial set; workers learn later moves from PUSH_ACK and
 PULL_REPLY masks, the PS from the sums it collects (every offset, whichever key is there).
 
-Coverage (summary.json `hotset`, README "Hot set: static or dynamic"), per measured
+Coverage (summary.json `offload_hot_set`, README "Hot set: static or dynamic"), per measured
 iteration t of the offload phase:
 - `coverage[t]`: the share of t's updates (push entries) that the switch summed: the set
   bits of the PUSH_ACK masks in the workers' logs over the entries they pushed in t. It is
@@ -53,30 +53,39 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
 from contract.freqfile import frequency_meta, is_live
+from controller.hot_keys import HotKeys
+from controller.jobs import Jobs
 from controller.online.estimators import CHANGE_WINDOW, ChangeRateEstimator
 from controller.online.loop import OnlineController, StepReport
 from controller.online.observation import Observation, RateSource
 from controller.online.policy import MARGIN, MIN_RATE, Hysteresis
 from controller.online.sources import CombinedSource, PSFrequencySource, SwitchHitsSource
 from controller.online.switch_target import SwitchTarget
-from experiment.runner import (
-    HOTSET_EVERY,
+from controller.sketch import Sketch, SketchSource
+from experiment.config import (
+    JOB_ID,
     ExperimentError,
-    PhaseResult,
+    HotSetMode,
+    HotSetSource,
     RunConfig,
     freq_name,
+    measured_stream_offset,
     say,
 )
+from experiment.model import workload_of
+from experiment.results import PhaseResult, worker_rows
+from experiment.schema import HotSetMove, OffloadHotSet
 from hosts.stats import write_json
-from hosts.workloads import DriftSpec
+from hosts.workloads import DriftSpec, StreamOffset
 
-MODES = ("static", "dynamic")
-SOURCES = tuple(HOTSET_EVERY)  # what the loop reads (RunConfig.hotset_source), each with its pace
+if TYPE_CHECKING:  # the testbed imports Mininet; the coverage below is read without one
+    from experiment.testbed import Testbed
+
 # How often the loop looks at the PS's frequency files (a .live file's header: ~25 us, so
 # about 1-2% of a core at this rate). A step reads iteration t once the PS has counted it,
 # about when the workers start t+1, and its Write counts in t+1 only from when it lands, so
@@ -92,7 +101,7 @@ STOP_WAIT_S = 30.0  # a step in flight (a P4Runtime write) gets this long to end
 # used: a thread preempted while it holds the interpreter lock would stall the runner's other
 # threads until it ran again. A step takes ~4 ms of CPU (`python -m bench.loop_cpu`).
 LOOP_NICE = 19
-# The loop's policy is controller/online.py's defaults, which `hotagg-ctl hotkeys auto` shares,
+# The loop's policy is controller/online/'s defaults, which `hotagg-ctl hotkeys auto` shares,
 # tuned with `python -m bench.hotset_sim` on this workload (Zipf 1.1 over 100,000 keys, 4
 # workers x 256 draws) and scored against the expected oracle. Why each setting is what it is
 # (docs/hotset.md; the batches behind each choice are in docs/results/):
@@ -109,7 +118,7 @@ LOOP_NICE = 19
 # - MAX_CHANGES 32: a heavy drift replaces ~30 of the top ~100 keys in one epoch.
 # - MIN_RATE 1.0: the warm-up's rule: a slot is collected every iteration, so a rarer key
 #   costs the PS more control traffic than it saves.
-# - A step every iteration (runner.HOTSET_EVERY) from the PS's files alone (cold counts and
+# - A step every iteration (config.HOTSET_EVERY) from the PS's files alone (cold counts and
 #   the hot keys' `collected` presence, PSFrequencySource(collected=True)): every update is
 #   counted once, a step needs no switch read, and its only RPC is its one Write.
 
@@ -239,29 +248,25 @@ def sketch_threshold(every: int) -> int:
     to replace a member at the minimum rate (MIN_RATE, and the MARGIN over it). With half
     of it (2 of a step's ~2,000 draws) the loop followed ~1,600 keys after two steps, and
     reading their cells took 0.7 s a step on the embedded switch (with protobuf's parse of
-    the reply, before controller/wire decoded it)."""
+    the reply, before p4rt/wire.py decoded it)."""
     return max(1, math.ceil((1.0 + MARGIN) * MIN_RATE * every))
 
 
 def online_loop_factory(
-    exp: Any, switch: str, budget: int, every: int, source: str = "ps"
+    bed: Testbed, switch: str, budget: int, every: int, source: str = HotSetSource.PS
 ) -> Callable[[Path], OnlineLoop]:
     """What run_phase calls once the workers go: the loop on `switch`'s session, with its
     files in the phase's directory. The job is read from the switch now, before the phase,
     so starting the loop costs the workers nothing. `source` "switch" measures with the
     switch alone (hit counters, and the cold-key sketch, which it turns on when the phase
     starts); the PS's files then only pace the loop."""
-    from controller.hot_keys import HotKeys
-    from controller.jobs import Jobs
-    from controller.sketch import Sketch, SketchSource
-    from experiment.runner import JOB_ID
-
-    if source not in SOURCES:
-        raise ExperimentError(f"hot set source {source!r}: one of {', '.join(SOURCES)}")
-    client = exp.clients[switch]
-    hot_keys = HotKeys(client, exp.p4info)
-    job = Jobs(client, exp.p4info).get(JOB_ID)
-    shards = len(exp.topology.parameter_servers)
+    if source not in tuple(HotSetSource):
+        sources = ", ".join(HotSetSource)
+        raise ExperimentError(f"hot set source {source!r}: one of {sources}")
+    client = bed.clients[switch]
+    hot_keys = HotKeys(client, bed.p4info)
+    job = Jobs(client, bed.p4info).get(JOB_ID)
+    shards = len(bed.topology.parameter_servers)
 
     def start(pdir: Path) -> OnlineLoop:
         freq = [pdir / freq_name(i, dynamic=True) for i in range(shards)]
@@ -272,14 +277,14 @@ def online_loop_factory(
             lines.flush()
 
         rates: RateSource = PSFrequencySource(freq, collected=True)
-        if source == "switch":
-            sketch = SketchSource(Sketch(client, exp.p4info), JOB_ID, sketch_threshold(every))
+        if source == HotSetSource.SWITCH:
+            sketch = SketchSource(Sketch(client, bed.p4info), JOB_ID, sketch_threshold(every))
             hits = SwitchHitsSource(hot_keys, JOB_ID)
             rates = IterationSpan(CombinedSource([hits, sketch]), freq)
         controller = OnlineController(
             SwitchTarget(hot_keys, job),
             rates,
-            # controller/online.py's defaults, tuned as said at the top, over as many iterations
+            # controller/online/'s defaults, tuned as said at the top, over as many iterations
             ChangeRateEstimator(window=change_window(every)),
             Hysteresis(budget),
             log,
@@ -294,8 +299,6 @@ def online_loop_factory(
 
 def achieved_per_iteration(phase: PhaseResult, workers: int) -> dict[int, tuple[int, int]]:
     """iteration -> (entries the switch summed, entries pushed), from the workers' logs."""
-    from experiment.report import worker_rows
-
     out: dict[int, list[int]] = {}
     for r in worker_rows(phase, workers):
         if r["kind"] != "push":
@@ -371,12 +374,8 @@ def summarize(
     phase: PhaseResult,
     budget: int,
     steps: Sequence[StepReport] = (),
-) -> dict:
-    """summary.json's `hotset` block (module doc)."""
-    from experiment.model import workload_of
-    from experiment.runner import measured_stream_offset
-    from hosts.workloads import StreamOffset
-
+) -> OffloadHotSet:
+    """summary.json's `offload_hot_set` block (module doc)."""
     workload = workload_of(config)
     if offset := measured_stream_offset(cfg):
         workload = StreamOffset(workload, offset)
@@ -400,7 +399,7 @@ def summarize(
     recovery = None
     if e_cov is not None and drift is not None and drift.fraction:
         recovery = by_epoch_offset(coverage, e_cov, drift.every)
-    moves = [
+    moves: list[HotSetMove] = [
         {
             "step": s.step,
             "iteration": s.iteration,
@@ -411,11 +410,11 @@ def summarize(
         for s in steps
     ]
     return {
-        "mode": cfg.hotset,
+        "mode": str(cfg.hotset),
         "drift": cfg.drift,
         "budget": budget,
-        "every": cfg.hotset_every if cfg.hotset == "dynamic" else None,
-        "source": cfg.hotset_source if cfg.hotset == "dynamic" else None,
+        "every": cfg.hotset_every if cfg.hotset == HotSetMode.DYNAMIC else None,
+        "source": str(cfg.hotset_source) if cfg.hotset == HotSetMode.DYNAMIC else None,
         "coverage": coverage,
         "oracle_coverage": oracle_coverage,
         "updates": updates,  # per iteration, from the workload
@@ -431,35 +430,6 @@ def summarize(
         "reselections": len(moves),
         "keys_moved": sum(m["added"] + m["removed"] for m in moves),
     }
-
-
-def table_line(hotset: dict) -> str:
-    """The comparison table's one coverage line."""
-    detail = f", drift {hotset['drift']}" if hotset.get("drift") else ""
-    if hotset.get("source") == "switch":
-        detail += ", measured by the switch"
-    ratio = hotset.get("coverage_ratio")
-    text = (
-        f"  hot set ({hotset['mode']}{detail}): coverage {100 * hotset['coverage_mean']:.1f}% "
-        f"of updates, oracle top-{hotset['budget']} {100 * hotset['oracle_coverage_mean']:.1f}%"
-        + (f" ({100 * ratio:.0f}% of it)" if ratio is not None else "")
-    )
-    if hotset.get("coverage_ratio_expected") is not None:
-        text += (
-            f", expected top-{hotset['budget']} "
-            f"{100 * hotset['expected_oracle_coverage_mean']:.1f}% "
-            f"({100 * hotset['coverage_ratio_expected']:.0f}% of it)"
-        )
-    if hotset["mode"] == "dynamic":
-        # keys_moved counts each move (in or out): a swap is two
-        entered = sum(m["added"] for m in hotset["moves"])
-        left = sum(m["removed"] for m in hotset["moves"])
-        n = hotset["reselections"]
-        text += (
-            f"; {hotset['keys_moved']} keys moved ({entered} in, {left} out) in {n} "
-            f"re-selection{'s' if n != 1 else ''}"
-        )
-    return text
 
 
 def report_steps(steps: Sequence[StepReport]) -> None:

@@ -23,21 +23,23 @@ header + 12 bytes per entry, what the kernel's shaper counts.
 
 from __future__ import annotations
 
+import argparse
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from contract.constants import ENTRY_LEN, HEADER_LEN, MAX_ENTRIES, UDP_HEADER_LEN
 from controller.hotset import choose
+from experiment.config import WARMUP_STREAM_OFFSET
+from experiment.schema import ModelBound
+from hosts import workloads
 from hosts.workloads import Workload
 
 ETHERNET_LEN = 14
 IPV4_LEN = 20
 PACKET_OVERHEAD = ETHERNET_LEN + IPV4_LEN + UDP_HEADER_LEN + HEADER_LEN  # 62 bytes
-# The experiment's warm-up reads the workload this far on (experiment/__main__.py).
-DEFAULT_WARMUP_OFFSET = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -71,9 +73,14 @@ class Prediction:
     def speedup(self) -> float:
         return self.server_ms / self.offload_ms if self.offload_ms else float("inf")
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> ModelBound:
+        """summary.json's `model` block."""
         return {
-            **asdict(self),
+            "server": {"to_ps": self.server.to_ps, "from_ps": self.server.from_ps},
+            "offload": {"to_ps": self.offload.to_ps, "from_ps": self.offload.from_ps},
+            "mbps": self.mbps,
+            "hot_keys": self.hot_keys,
+            "hot_coverage": self.hot_coverage,
             "server_ms": round(self.server_ms, 3),
             "offload_ms": round(self.offload_ms, 3),
             "speedup": round(self.speedup, 3),
@@ -91,7 +98,7 @@ def warmup_hot_set(
     workers: int,
     warmup: int,
     budget: int,
-    offset: int = DEFAULT_WARMUP_OFFSET,
+    offset: int = WARMUP_STREAM_OFFSET,
 ) -> tuple[set[int], float]:
     """The keys the experiment would make hot, and the share of warm-up updates they
     cover: each worker pushes each of its keys once per iteration."""
@@ -150,10 +157,6 @@ def predict(
 def workload_of(config: dict[str, Any]) -> Workload:
     """The workload of a run's config.json / summary config, built as the agents of the
     measured phases build it (with its DRIFT, which the warm-up does not have)."""
-    import argparse
-
-    from hosts import workloads
-
     parser = argparse.ArgumentParser()
     workloads.add_arguments(parser)
     argv = [

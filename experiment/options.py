@@ -18,15 +18,20 @@ from typing import TypeVar
 
 from contract.clihelp import HelpParser
 from contract.constants import MAX_WORKERS, NUM_SLOTS
-from experiment.runner import (
+from experiment.config import (
     AUTO_RATES,
     HOTSET_EVERY,
+    HotSetMode,
+    HotSetSource,
     PreflightError,
     RunConfig,
     say,
     trace_path,
 )
-from topologies.topology import Topology
+from experiment.model import workload_of
+from hosts.workloads import DriftSpec, TraceWorkload, WorkloadError, WorkloadName
+from topologies.targets import TargetName, make_target, target_names
+from topologies.topology import Topology, TopologyFileError, load_topology
 
 # argparse destination -> the make variable a user sets (`make run SEED=...`)
 MAKE_NAMES = {
@@ -126,8 +131,6 @@ def bandwidth(text: str) -> float | str:
 def drift(text: str) -> str | None:
     """DRIFT: `every=K,fraction=F[,head=H]` (hosts/workloads.py), or empty/none for none;
     returned in its normal form, as the workers are given it."""
-    from hosts.workloads import DriftSpec, WorkloadError
-
     try:
         spec = DriftSpec.parse(text)
     except WorkloadError as e:
@@ -141,7 +144,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     d = RunConfig()
     parser.add_argument(
         "--target",
-        choices=("embedded", "bmv2"),
+        choices=target_names(),  # every registered target (topologies/targets.py)
         default=d.target,
         help="the switch: hotagg's embedded Python switch, or BMv2's simple_switch_grpc "
         "(its binary from $BMV2_BINARY)",
@@ -204,7 +207,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--workload",
-        choices=("zipf", "lr", "trace"),
+        choices=tuple(WorkloadName),
         default=d.workload,
         help="zipf draws, a logistic regression's sparse features (lr), or a trace file",
     )
@@ -219,7 +222,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--hotset",
-        choices=("static", "dynamic"),
+        choices=tuple(HotSetMode),
         default=d.hotset,
         help="offload phase: the warm-up's hot set throughout (static), or re-selected "
         "while the workers train by the controller's online loop (dynamic)",
@@ -235,7 +238,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--hotset-source",
-        choices=tuple(HOTSET_EVERY),
+        choices=tuple(HotSetSource),
         default=d.hotset_source,
         help="dynamic: what the online loop measures the keys' rates from: the PS's counters "
         "(ps), or the switch alone (switch: the hot-key tables' hit counters and the "
@@ -292,7 +295,7 @@ def config_of(args: argparse.Namespace) -> RunConfig:
         hot_slots=args.hot_slots,
         loss=args.loss,
         seed=args.seed,
-        workload=args.workload,
+        workload=WorkloadName(args.workload),
         warmup=args.warmup,
         bw=args.bw,
         ps=args.ps,
@@ -302,9 +305,9 @@ def config_of(args: argparse.Namespace) -> RunConfig:
         keep=args.keep,
         switch_restarts=args.switch_restarts,
         extra_workload_args=extra,
-        hotset=args.hotset,
+        hotset=HotSetMode(args.hotset),
         hotset_every=args.hotset_every or 0,  # 0: the source's (RunConfig)
-        hotset_source=args.hotset_source,
+        hotset_source=HotSetSource(args.hotset_source),
         drift=args.drift,
     )
 
@@ -313,13 +316,14 @@ def check(cfg: RunConfig) -> Topology:
     """Everything about the options that argparse cannot see alone; the loaded topology.
     Raises PreflightError naming the option. Needs neither root nor a network. Fills in
     what the topology decides: cfg.workers 0 (WORKERS empty) becomes its worker hosts."""
+    # topologies.network imports Mininet (most of a second): not for --help or a bad option
     from topologies.network import prefix_problem
-    from topologies.switches import bmv2_binary, bmv2_missing
-    from topologies.topology import TopologyFileError, load_topology
 
-    if cfg.target == "bmv2" and (why := bmv2_missing()):
+    target = make_target(cfg.target)
+    if why := target.missing():
+        setting = f" ({target.setting()})" if target.setting() else ""
         raise PreflightError(
-            f"TARGET=bmv2 (BMV2_BINARY={bmv2_binary()}): {why}; or use TARGET=embedded"
+            f"TARGET={cfg.target}{setting}: {why}; or use TARGET={TargetName.EMBEDDED}"
         )
     try:
         topology = load_topology(cfg.topo)
@@ -357,7 +361,7 @@ def check(cfg: RunConfig) -> Topology:
     _check_keys(cfg, len(topology.parameter_servers))
     _check_trace(cfg)
     _check_drift(cfg)
-    if cfg.hotset_source != "ps" and cfg.hotset != "dynamic":
+    if cfg.hotset_source != HotSetSource.PS and cfg.hotset != HotSetMode.DYNAMIC:
         raise PreflightError(
             f"HOTSET_SOURCE={cfg.hotset_source} says what HOTSET=dynamic's loop reads; "
             f"HOTSET={cfg.hotset} runs none (add HOTSET=dynamic)"
@@ -395,14 +399,12 @@ def _check_trace(cfg: RunConfig) -> None:
     measured iterations (the warm-up reads the trace's first WARMUP iterations, the
     measured phases the ones after them)."""
     trace = trace_path(cfg)
-    if cfg.workload != "trace":
+    if cfg.workload != WorkloadName.TRACE:
         if trace is not None:
             raise PreflightError("TRACE= is for WORKLOAD=trace")
         return
     if trace is None:
         raise PreflightError("WORKLOAD=trace needs TRACE=<file> (format: hosts/workloads.py)")
-    from hosts.workloads import TraceWorkload, WorkloadError
-
     try:
         workload = TraceWorkload.from_csv(trace, cfg.keys, cfg.seed)
     except (OSError, WorkloadError) as e:
@@ -425,11 +427,8 @@ def _check_drift(cfg: RunConfig) -> None:
     smaller than the ranks it drifts over (KEYS for zipf, the feature values for lr)."""
     if cfg.drift is None:
         return
-    if cfg.workload == "trace":
+    if cfg.workload == WorkloadName.TRACE:
         raise PreflightError(f"DRIFT={cfg.drift}: goes with WORKLOAD=zipf or lr, not a trace")
-    from experiment.model import workload_of
-    from hosts.workloads import WorkloadError
-
     try:
         workload_of(cfg.as_dict())  # built as the workers build it
     except WorkloadError as e:

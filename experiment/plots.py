@@ -3,7 +3,7 @@ latency CDFs, PS load per iteration, skew and the hot set, the latency dissectio
 training loss (lr) and the offload phase's hot set per iteration against the oracle.
 
 Every figure has the same frame (`finish_figure`): a title, the run's configuration shortened
-(experiment.report.short_config), the legend in a row of its own above the axes, where it
+(experiment.configline.short_config), the legend in a row of its own above the axes, where it
 cannot hide data, and a note below them where the figure needs one to be read."""
 
 from __future__ import annotations
@@ -19,51 +19,22 @@ matplotlib.use("Agg")  # no display on a test VM or in CI
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.artist import Artist
+from matplotlib.container import Container
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from contract.freqfile import read_frequency
-from experiment.report import short_config, worker_rows
-from experiment.runner import PhaseResult
+from experiment.config import HotSetMode, HotSetSource
+from experiment.configline import short_config
+from experiment.results import PhaseResult, worker_rows
+from experiment.schema import OffloadHotSet, Summary
 
 COLORS = {"server": "tab:red", "offload": "tab:blue"}
 LABELS = {"server": "server-only", "offload": "offload"}
 DPI = 110
 # A linear axis reads better than a log one over less than this ratio of largest to smallest.
 LOG_AXIS_RANGE = 8.0
-
-# What to read from each figure: report.md's caption under it (run and sweep figures).
-CAPTIONS = {
-    "iteration_vs_bound.png": "Each mode's iteration time (bar p50, whisker to p99) beside "
-    "its PS-link bound: in the ps_link regime each bar is within a few percent of its bound, "
-    "and the measured speed-up (title) is close to the bound's.",
-    "latency_cdf.png": "Distribution of iteration, push and pull latency per mode: offload's "
-    "curves lie left of server-only's where the switch answers or the PS link is less "
-    "loaded; the dotted line marks the median.",
-    "ps_load.png": "Worker packets reaching the PS per iteration: offload's line sits below "
-    "by the packets of hot keys that the switch aggregates.",
-    "skew.png": "Warm-up updates per key by rank and their cumulative share: the hot set is "
-    "the head up to the budget or the one-update-per-iteration floor, whichever comes first.",
-    "latency_dissection.png": "Where a request's mean time goes: left, the whole request "
-    "(mostly the network and switch, where offload saves time); right, the PS's queueing "
-    "and service on their own scale.",
-    "loss_curve.png": "Training loss per iteration: the two modes must draw one curve, since "
-    "offload changes where updates are summed, not their result.",
-    "coverage.png": "Share of each iteration's updates the switch summed, against the best "
-    "possible hot set of that size (the oracle); in dynamic mode, keys moved per "
-    "re-selection.",
-    "speedup_vs_bound.png": "Each run's measured p50 speed-up against its PS-link bound: "
-    "faithful points within the shaded band are within 15% of the bound.",
-    "speedup_vs_workers.png": "Measured p50 speed-up (band: the seeds' range) and the "
-    "PS-link bound (dashed) as the workers grow.",
-    "speedup_vs_skew.png": "Measured p50 speed-up (band: the seeds' range) and the PS-link "
-    "bound (dashed) as the skew grows.",
-    "ps_packets.png": "Worker packets reaching the PS per iteration in both modes, by workers "
-    "and skew.",
-    "shards.png": "Iteration p50 of server-only with S PS shards against one PS plus the "
-    "switch: does a switch do what another server would?",
-}
 
 
 def _wrap(text: str, fig: Figure, fontsize: float) -> list[str]:
@@ -77,7 +48,7 @@ def finish_figure(
     path: Path,
     title: str,
     config: str,
-    handles: Sequence[Artist] = (),
+    handles: Sequence[Artist | Container] = (),
     ncol: int = 2,
     note: str = "",
     note_color: str = "black",
@@ -160,7 +131,7 @@ def latency_cdfs(
     finish_figure(fig, path, "Latency CDFs: server-only against switch offload", config, handles, 3)
 
 
-def ps_load(path: Path, summary: dict) -> None:
+def ps_load(path: Path, summary: Summary) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     handles = []
     for mode in ("server", "offload"):
@@ -183,12 +154,12 @@ def ps_load(path: Path, summary: dict) -> None:
     finish_figure(fig, path, "PS load per iteration", short_config(summary), handles)
 
 
-def skew(path: Path, freq_files: list[Path], summary: dict) -> None:
+def skew(path: Path, freq_files: list[Path], summary: Summary) -> None:
     """Warm-up updates per key by rank, with what bounds the hot set: the slot budget, and
     the floor of one update per warm-up iteration (controller/hotset.py choose). The
     counts stop at workers x warm-up iterations, since a worker pushes a key at most once
     per iteration (its keys are unique, hosts/workloads.py); the note says both."""
-    hot = summary["hot_set"]
+    hot = summary["warmup_hot_set"]
     config = summary.get("config") or {}
     warmup = int(config.get("warmup", 5))
     workers = int(summary.get("workers") or config.get("workers") or 1)
@@ -264,7 +235,7 @@ def skew(path: Path, freq_files: list[Path], summary: dict) -> None:
             short_config(summary), handles, note=note)  # fmt: skip
 
 
-def dissection(path: Path, summary: dict) -> None:
+def dissection(path: Path, summary: Summary) -> None:
     """Mean push and pull latency per mode (the IMC 2020 split), in two panels: left, the
     whole request, PS and the rest (network and switch) stacked; right, the PS's queueing
     and service alone on their own scale, thin on the left since in the emulated regime the
@@ -323,7 +294,7 @@ def dissection(path: Path, summary: dict) -> None:
             note=note, note_color=color)  # fmt: skip
 
 
-def iteration_vs_bound(path: Path, summary: dict) -> None:
+def iteration_vs_bound(path: Path, summary: Summary) -> None:
     """The headline: each mode's iteration time (bar p50, whisker to p99) beside its
     PS-link bound (experiment/model.py), the speed-ups measured and bound in the title."""
     model = summary.get("model")
@@ -336,11 +307,11 @@ def iteration_vs_bound(path: Path, summary: dict) -> None:
         p50, p99 = it["p50"] or 0.0, it["p99"] or it["p50"] or 0.0
         x = i - width / 2 if model else i
         ax.bar(x, p50, width, color=COLORS[mode])
-        ax.errorbar(x, p50, yerr=[[0], [max(p99 - p50, 0.0)]], color="black", capsize=5, lw=1)
+        ax.errorbar(x, p50, yerr=[[0.0], [max(p99 - p50, 0.0)]], color="black", capsize=5, lw=1)
         label = f"p50 {p50:.1f}\np99 {p99:.1f}"
         top = max(top, p99)
         if model:
-            bound = model[f"{mode}_ms"]
+            bound = model["server_ms"] if mode == "server" else model["offload_ms"]
             above = f"{100 * (p50 / bound - 1):+.1f}% vs bound" if bound else ""
             label = f"p50 {p50:.1f}\n{above}" if bound else label
             ax.bar(i + width / 2, bound, width, color="white", edgecolor=COLORS[mode],
@@ -374,7 +345,7 @@ def iteration_vs_bound(path: Path, summary: dict) -> None:
             short_config(summary), handles, note=note)  # fmt: skip
 
 
-def loss_curves(path: Path, summary: dict) -> None:
+def loss_curves(path: Path, summary: Summary) -> None:
     """Training loss per iteration (lr workload): the two modes must draw the same curve."""
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     handles = []
@@ -397,14 +368,14 @@ def _drift_every(drift: str | None) -> int | None:
     return int(fields["every"]) if float(fields.get("fraction", 0)) > 0 else None
 
 
-def coverage(path: Path, hotset: dict, config: str = "") -> None:
+def coverage(path: Path, hotset: OffloadHotSet, config: str = "") -> None:
     """Achieved coverage per iteration against the hindsight oracle top-B and, where the
     workload knows its popularity, the expected oracle (experiment/hotset.py), the drift's
     epoch starts dotted; in dynamic mode a second panel: keys moved per
     re-selection (entered up, left down), at the iteration the PS files had reached; under
     drift a last one: coverage over the expected oracle by iteration since an epoch start
     (`coverage_ratio_by_epoch_offset`), how fast the set recovers when the head moves."""
-    dynamic = hotset["mode"] == "dynamic"
+    dynamic = hotset["mode"] == HotSetMode.DYNAMIC
     recovery = hotset.get("coverage_ratio_by_epoch_offset")
     heights = [2.0] + [1.0] * dynamic + [1.2] * bool(recovery)
     fig = plt.figure(figsize=(7.5, 2.0 + 1.5 * sum(heights)))
@@ -417,7 +388,7 @@ def coverage(path: Path, hotset: dict, config: str = "") -> None:
     its = np.arange(1, len(hotset["coverage"]) + 1)
     oracle = 100 * np.array(hotset["oracle_coverage"])
     achieved = 100 * np.array(hotset["coverage"])
-    handles: list[Artist] = []
+    handles: list[Artist | Container] = []
     best = f"oracle: best {hotset['budget']} keys of each iteration"
     handles += ax.plot(its, oracle, color="black", ls="--", lw=1, label=best)
     expected = hotset.get("expected_oracle_coverage")
@@ -425,7 +396,8 @@ def coverage(path: Path, hotset: dict, config: str = "") -> None:
         likely = f"expected oracle: the {hotset['budget']} most likely keys"
         handles += ax.plot(its, 100 * np.array(expected), color="gray", ls="-.", lw=1,
                            label=likely)  # fmt: skip
-    how = ", keys found by the switch's sketch" if hotset.get("source") == "switch" else ""
+    sketch = hotset.get("source") == HotSetSource.SWITCH
+    how = ", keys found by the switch's sketch" if sketch else ""
     mine = f"achieved: summed in the switch ({hotset['mode']}{how})"
     handles += ax.plot(its, achieved, marker="o", ms=3, color=COLORS["offload"], label=mine)
     every = _drift_every(hotset.get("drift"))
@@ -444,12 +416,12 @@ def coverage(path: Path, hotset: dict, config: str = "") -> None:
     if ratio is not None:
         mean = 100 * hotset["coverage_mean"]
         title += f"\nmean {mean:.1f}% of updates, {100 * ratio:.0f}% of the oracle's"
-        if hotset.get("coverage_ratio_expected") is not None:
-            title += f", {100 * hotset['coverage_ratio_expected']:.0f}% of the expected one"
+        if (expected_ratio := hotset.get("coverage_ratio_expected")) is not None:
+            title += f", {100 * expected_ratio:.0f}% of the expected one"
     if dynamic:
         mv = panels[1]
         moves = [m for m in hotset["moves"] if m["iteration"] is not None]
-        x = [m["iteration"] for m in moves]
+        x = [float(m["iteration"] or 0) for m in moves]
         handles.append(mv.bar(x, [m["added"] for m in moves], color="tab:green",
                               label="keys entered per re-selection"))  # fmt: skip
         handles.append(mv.bar(x, [-m["removed"] for m in moves], color="tab:red",
@@ -474,9 +446,10 @@ def coverage(path: Path, hotset: dict, config: str = "") -> None:
 
 
 def make_plots(
-    run_dir: Path, summary: dict, phases: dict[str, PhaseResult], workers: int
-) -> list[tuple[str, str]]:
-    """Every figure of a run, headline first; returns (file name, what to read) pairs."""
+    run_dir: Path, summary: Summary, phases: dict[str, PhaseResult], workers: int
+) -> list[str]:
+    """Every figure of a run, headline first; returns their file names (experiment/report.py
+    CAPTIONS says what to read from each)."""
     config = short_config(summary)
     made = ["iteration_vs_bound.png"]
     iteration_vs_bound(run_dir / made[-1], summary)
@@ -494,7 +467,7 @@ def make_plots(
     if all("loss_curve" in summary["modes"][m] for m in ("server", "offload")):
         made.append("loss_curve.png")
         loss_curves(run_dir / made[-1], summary)
-    if summary.get("hotset"):
+    if offload_hot_set := summary.get("offload_hot_set"):
         made.append("coverage.png")
-        coverage(run_dir / made[-1], summary["hotset"], config)
-    return [(name, CAPTIONS[name]) for name in made]
+        coverage(run_dir / made[-1], offload_hot_set, config)
+    return made

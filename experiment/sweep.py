@@ -40,9 +40,13 @@ from typing import Any
 
 import numpy as np
 
-from experiment.report import ConfigPart, config_parts, join_config
-from experiment.runner import PreflightError
+from experiment.config import PreflightError
+from experiment.configline import ConfigPart, config_parts, join_config
+from experiment.options import OptionParser, add_run_arguments, check, config_of
+from experiment.report import CAPTIONS, figure_markdown, verdict_lines
+from experiment.schema import Summary, SummaryError, load_summary
 from topologies.switches import REPO_ROOT
+from topologies.targets import TargetName, target_names
 
 MODEL_TOLERANCE = 0.15  # the goal: measured speed-up within 15% of the bound
 DEFAULTS = {
@@ -148,8 +152,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     every_run.add_argument(
         "--target",
-        choices=("embedded", "bmv2"),
-        default="embedded",
+        choices=target_names(),
+        default=TargetName.EMBEDDED,
         help="the switch (BMv2's binary from $BMV2_BINARY)",
     )
     every_run.add_argument(
@@ -165,8 +169,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _fixed_run_actions() -> list[argparse.Action]:
     """FIXED_RUN_OPTIONS as `python -m experiment run` defines them: type, help, default."""
-    from experiment.options import add_run_arguments
-
     runs = argparse.ArgumentParser(add_help=False)
     add_run_arguments(runs)
     return [a for a in runs._actions if a.dest in FIXED_RUN_OPTIONS]
@@ -197,8 +199,6 @@ def preflight(points: list[Point], args: argparse.Namespace) -> None:
     """Every point's run options, checked as `make run` checks them (each error naming its
     make variable), before the first run: a value no run can take stops the sweep now, not
     after a grid of failed runs. Raises PreflightError; a malformed value exits 2."""
-    from experiment.options import OptionParser, add_run_arguments, check, config_of
-
     parser = OptionParser(prog="python -m experiment run")
     add_run_arguments(parser)
     for point in points:
@@ -234,8 +234,11 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def run_point(point: Point, args: argparse.Namespace, runs_dir: Path, log: Path) -> dict | None:
-    """One normal run; its summary, or None (and the log says why) when it failed."""
+def run_point(
+    point: Point, args: argparse.Namespace, runs_dir: Path, log: Path
+) -> tuple[Summary, Path] | None:
+    """One normal run; its summary and directory, or None (and the log says why) when it
+    failed."""
     argv = [sys.executable, "-m", "experiment", "run", *run_arguments(point, args, runs_dir)]
     with open(log, "a") as out:
         out.write(f"\n=== {point.label()}\n")
@@ -246,16 +249,23 @@ def run_point(point: Point, args: argparse.Namespace, runs_dir: Path, log: Path)
     summary_path = runs_dir / "latest" / "summary.json"
     if rc not in (0, 1) or not summary_path.exists():  # 1: ran, but the modes differ
         return None
-    summary = json.loads(summary_path.read_text())
-    summary["run_dir"] = str(summary_path.parent.resolve())
+    run_dir = summary_path.parent.resolve()
     summary_path.parent.parent.joinpath("latest").unlink()
-    return summary
+    try:
+        summary = load_summary(run_dir / "summary.json")
+    except SummaryError as e:
+        with open(log, "a") as out:
+            out.write(f"hotagg sweep: {e}\n")
+        return None
+    return summary, run_dir
 
 
-def row_of(point: Point, summary: dict) -> dict[str, Any]:
-    model = summary.get("model") or {}
+def row_of(point: Point, summary: Summary, run_dir: Path | None = None) -> dict[str, Any]:
+    """results.csv's row of a run: the point, the speed-ups measured and bound, and every
+    field of its summary.json (flattened), then where the run is."""
+    model = summary.get("model")
     measured = (summary.get("speedup") or {}).get("iteration_ms")
-    bound = model.get("speedup")
+    bound = model["speedup"] if model else None
     return {
         **{f"point.{k}": v for k, v in point.__dict__.items()},
         "measured_speedup": measured,
@@ -263,6 +273,7 @@ def row_of(point: Point, summary: dict) -> dict[str, Any]:
         "model_error": round(measured / bound - 1, 4) if measured and bound else None,
         "faithful": (summary.get("fidelity") or {}).get("faithful"),
         **flatten(summary),
+        **({"run_dir": str(run_dir)} if run_dir is not None else {}),
     }
 
 
@@ -287,12 +298,21 @@ def _series(
     return out
 
 
+def _column(name: str, per: str | None = None) -> Callable[[dict], float | None]:
+    """A row's value of results.csv column `name` (divided by column `per`'s)."""
+
+    def value(row: dict) -> float | None:
+        return row[name] / row[per] if per is not None else row[name]
+
+    return value
+
+
 def _values(points: Iterable[Point], attr: str) -> str:
     return ",".join(f"{v:g}" for v in sorted({getattr(p, attr) for p in points}))
 
 
-def grid_config(summaries: list[dict], points: list[Point]) -> list[ConfigPart]:
-    """The sweep's configuration line, as a run's (experiment.report.config_parts): the items
+def grid_config(summaries: list[Summary], points: list[Point]) -> list[ConfigPart]:
+    """The sweep's configuration line, as a run's (experiment.configline.config_parts): the items
     every run shares as they are, the ones the grid varies as their lists of values."""
     per_run = [{part.name: part for part in config_parts(s)} for s in summaries]
     names: list[str] = []
@@ -334,6 +354,7 @@ def speedup_vs_bound(rows: list[dict[str, Any]], path: Path, config: str) -> Non
     """Each run's measured iteration p50 speed-up against its PS-link bound: the y = x
     diagonal and the +-MODEL_TOLERANCE band around it; faithful runs filled, the others
     hollow; colour by workers, marker by skew."""
+    # matplotlib takes seconds to import: only a sweep that draws pays for it
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
@@ -398,6 +419,7 @@ def _grid_ticks(ax: Any, rows: list[dict[str, Any]], column: str) -> None:
 def plot(rows: list[dict[str, Any]], out: Path, config: str = "") -> list[str]:
     """The sweep's figures, headline first; returns their file names. `config`: the grid's
     configuration line, short (grid_config), in every title."""
+    # matplotlib takes seconds to import: only a sweep that draws pays for it
     import matplotlib
 
     matplotlib.use("Agg")  # no display on a test VM or in CI
@@ -461,7 +483,7 @@ def plot(rows: list[dict[str, Any]], out: Path, config: str = "") -> list[str]:
             one_ps,
             "point.workers",
             "point.skew",
-            lambda r, m=mode: r[f"modes.{m}.ps_packets_in"] / r["iterations"],
+            _column(f"modes.{mode}.ps_packets_in", per="iterations"),
         )
         for i, key in enumerate(sorted(per_iter)):
             xs = sorted(per_iter[key])
@@ -485,16 +507,13 @@ def plot(rows: list[dict[str, Any]], out: Path, config: str = "") -> list[str]:
             for mode, style in (("server", "o-"), ("offload", "s--")):
                 if shards > 1 and mode == "offload":
                     continue  # the comparison: S servers without a switch, one with it
-                ys = _series(
-                    sel,
-                    "point.workers",
-                    "point.shards",
-                    lambda r, m=mode: r[f"modes.{m}.iteration_ms.p50"],
+                p50s = _series(
+                    sel, "point.workers", "point.shards", _column(f"modes.{mode}.iteration_ms.p50")
                 )[shards]
-                xs = sorted(ys)
+                xs = sorted(p50s)
                 label = f"{shards} PS" + (" + switch" if mode == "offload" else ", server-only")
                 ax.plot(
-                    xs, [sum(ys[v]) / len(ys[v]) for v in xs], style, color=f"C{i}", label=label
+                    xs, [sum(p50s[v]) / len(p50s[v]) for v in xs], style, color=f"C{i}", label=label
                 )
         ax.set_xlabel("workers")
         _grid_ticks(ax, rows, "point.workers")
@@ -553,14 +572,11 @@ def report(
     rows: list[dict[str, Any]],
     figures: list[str],
     failed: list[str],
-    summaries: list[dict],
+    summaries: list[Summary],
     config: str = "",
 ) -> Path:
     """sweeps/<id>/report.md, built as a run's (experiment/report.py): the grid's
     configuration line, the table, the fidelity verdicts, the figures with what to read."""
-    from experiment.plots import CAPTIONS
-    from experiment.report import figure_markdown, verdict_lines
-
     lines = [f"# Sweep {out.name}", ""]
     if config:
         lines += [config, ""]
@@ -635,24 +651,25 @@ def main(args: argparse.Namespace) -> int:
     log = out / "sweep.log"
     print(f"hotagg sweep: {len(points)} runs into {out} (progress in sweep.log)", flush=True)
     rows: list[dict[str, Any]] = []
-    summaries: list[dict] = []
+    summaries: list[Summary] = []
     failed: list[str] = []
     started = time.monotonic()
     for i, point in enumerate(points, 1):
         print(f"hotagg sweep: [{i}/{len(points)}] {point.label()} ...", end=" ", flush=True)
         try:
-            summary = run_point(point, args, runs_dir, log)
+            ran = run_point(point, args, runs_dir, log)
         except KeyboardInterrupt:
             print("interrupted; the sweep stops here", flush=True)
             failed.append(f"{point.label()} (interrupted)")
             line = join_config(grid_config(summaries, points)) if rows else ""
             report(out, rows, [], failed, summaries, line)
             return 130
-        if summary is None:
+        if ran is None:
             failed.append(point.label())
             print("failed (sweep.log)", flush=True)
             continue
-        row = row_of(point, summary)
+        summary, run_dir = ran
+        row = row_of(point, summary, run_dir)
         rows.append(row)
         summaries.append(summary)
         elapsed = time.monotonic() - started

@@ -44,10 +44,19 @@ import numpy as np
 
 from contract.codec import saturate_int32
 from contract.constants import INT32_MAX, INT32_MIN, VALUE_SCALE, to_fixed
+from contract.enums import NameEnum
 
 # Stream ids keep the seeded generators of different purposes independent.
 _KEYS, _VALUES, _TRUTH, _EXAMPLES, _MAPPING, _DRIFT = 1, 2, 3, 4, 5, 6
 DEFAULT_DRIFT_HEAD = 256  # the hot-set budget of `make run` (HOT_SLOTS)
+
+
+class WorkloadName(NameEnum):
+    """The workloads, by their --workload / WORKLOAD= names."""
+
+    ZIPF = "zipf"
+    LR = "lr"
+    TRACE = "trace"
 
 
 class WorkloadError(ValueError):
@@ -513,8 +522,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("workload")
     g.add_argument(
         "--workload",
-        choices=("zipf", "trace", "lr"),
-        default="zipf",
+        choices=tuple(WorkloadName),
+        default=WorkloadName.ZIPF,
         help="zipf draws, a logistic regression's sparse features (lr), or a trace file",
     )
     g.add_argument("--keys", type=int, default=100_000, help="key space (parameters)")
@@ -550,11 +559,11 @@ def from_args(args: argparse.Namespace) -> Workload:
 
 def _from_args(args: argparse.Namespace) -> Workload:
     drift = DriftSpec.parse(getattr(args, "drift", None))
-    if args.workload == "zipf":
+    if args.workload == WorkloadName.ZIPF:
         return ZipfWorkload(
             args.keys, args.skew, args.keys_per_iter, args.seed, args.value_range, drift
         )
-    if args.workload == "trace":
+    if args.workload == WorkloadName.TRACE:
         if not args.trace:
             raise WorkloadError("--workload trace needs --trace FILE")
         if drift is not None:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from experiment.runner import HOTSET_EVERY
+from experiment.config import HOTSET_EVERY
+from experiment.schema import load_summary
 from topologies.network import missing_prerequisites
 from topologies.switches import REPO_ROOT, bmv2_missing
 
@@ -66,7 +67,7 @@ def run_experiment(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedPro
     )
     summary_path = runs / "latest" / "summary.json"
     assert summary_path.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
-    return proc, json.loads(summary_path.read_text())
+    return proc, dict(load_summary(summary_path))  # checked against experiment/schema.py
 
 
 @pytest.fixture(scope="module")
@@ -219,12 +220,12 @@ DRIFTING = ["--iterations", "24", "--drift", "every=5,fraction=0.3"]
 
 
 def check_coverage(summary: dict, mode: str, drift: str | None) -> dict:
-    """The summary's hotset block: present, in range, achieved never above the oracle (the
+    """The summary's offload_hot_set block: present, in range, achieved never above the oracle (the
     switch sums at most one key per slot and iteration), and its counts agree with the
     run's own totals."""
-    hs = summary["hotset"]
+    hs = summary["offload_hot_set"]
     assert hs["mode"] == mode and hs["drift"] == drift
-    assert hs["budget"] == summary["hot_set"]["keys"]  # the same slots in both modes
+    assert hs["budget"] == summary["warmup_hot_set"]["keys"]  # the same slots in both modes
     n = summary["iterations"]
     for field in ("coverage", "oracle_coverage", "updates", "summed"):
         assert len(hs[field]) == n, field

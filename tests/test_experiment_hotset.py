@@ -19,7 +19,9 @@ from controller.online.estimators import RateEstimator
 from controller.online.loop import OnlineController
 from controller.online.policy import Changes, Hysteresis
 from experiment import hotset
-from experiment.runner import HOTSET_EVERY, ExperimentError, PhaseResult, RunConfig
+from experiment.config import HOTSET_EVERY, ExperimentError, RunConfig
+from experiment.report import hot_set_line
+from experiment.results import PhaseResult
 from hosts.stats import CsvLog
 from hosts.worker import LOG_COLUMNS
 from hosts.workloads import DriftSpec, LogisticWorkload, ZipfWorkload
@@ -268,7 +270,7 @@ def test_summary_block_and_table_line(tmp_path: Path) -> None:
     assert block["coverage_ratio_expected"] == pytest.approx(
         block["coverage_mean"] / block["expected_oracle_coverage_mean"], rel=1e-5
     )
-    line = hotset.table_line(block)
+    line = hot_set_line(block)
     assert "hot set (dynamic)" in line and "2 keys moved (1 in, 1 out) in 1 re-selection" in line
     assert ", expected top-4 " in line
     assert "\n" not in line

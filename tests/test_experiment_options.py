@@ -263,7 +263,7 @@ def test_workers_default_to_every_worker_host_of_the_topology(tmp_path: Path) ->
 
 
 def test_more_workers_than_the_topology_has_is_still_an_error(tmp_path: Path) -> None:
-    from experiment.runner import PreflightError
+    from experiment.config import PreflightError
 
     pod = tmp_path / "pod-topo.json"
     pod.write_text(json.dumps(POD_TOPO))

@@ -1,5 +1,5 @@
 """A switch, PS or worker that dies mid-run: the runner says which, within seconds, and
-cleans up (experiment/runner.py: Watched, ProcessDied; exit code 4).
+cleans up (experiment/processes.py: Watched, ProcessDied; exit code 4).
 
 The end-to-end tests start a real `python -m experiment run` (Mininet, switch processes,
 gRPC, the agents), kill one of its processes at a random point of a random measured phase,
@@ -26,11 +26,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from experiment.__main__ import EXIT_PROCESS_DIED
-from experiment.runner import Experiment, ProcessDied, RunConfig, Watched, exit_description
+from experiment import testbed
+from experiment.config import RunConfig
+from experiment.procedure import EXIT_PROCESS_DIED
+from experiment.processes import ProcessDied, Watched, exit_description
 from tests.test_e2e import SMALL
 from topologies.network import DEFAULT_STATE_DIR, missing_prerequisites, switch_processes
 from topologies.switches import REPO_ROOT, bmv2_missing
+from topologies.targets import EmbeddedTarget
 
 ENDS_WITHIN = 15.0  # seconds from the kill to the runner's exit, clean-up included
 # The end-to-end tests' small run, long enough that a random point of a phase comes before
@@ -84,8 +87,7 @@ def test_a_p4runtime_failure_from_a_dead_switch_names_the_switch(tmp_path: Path)
     log.write_text("s1: ready\n")
     proc = subprocess.Popen(["sleep", "30"])
     switch = SimpleNamespace(process=SimpleNamespace(proc=proc, log_path=log))
-    exp = Experiment(RunConfig())
-    exp.topology = SimpleNamespace(switches={"s1": None})
+    exp = testbed.Testbed(RunConfig(), SimpleNamespace(switches={"s1": None}), EmbeddedTarget())
     exp.net = SimpleNamespace(switch=lambda name: switch)
     try:
         with pytest.raises(SwitchUnreachable), exp.naming_dead_switches("configuring"):

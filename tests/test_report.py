@@ -10,16 +10,17 @@ import numpy as np
 import pytest
 
 from contract.freqfile import write_frequency
+from experiment.config import RunConfig
+from experiment.configline import config_line, short_config
 from experiment.report import (
     bound_comparison,
     bound_line,
-    build,
     comparison_table,
-    config_line,
     regime_hint,
-    short_config,
+    write_outputs,
 )
-from experiment.runner import PhaseResult, RunConfig
+from experiment.results import PhaseResult
+from experiment.summary import build_summary
 from hosts.ps_log import LOG_COLUMNS as PS_COLUMNS
 from hosts.stats import CsvLog
 from hosts.worker import LOG_COLUMNS as WORKER_COLUMNS
@@ -43,6 +44,7 @@ def test_bmv2s_standard_build_is_named_when_the_switch_set_the_pace() -> None:
             {"server": "switch", "offload": "switch"},
             bw=None,
             link_bandwidth_mbps=[10.0],
+            target="bmv2",
             bmv2_binary="simple_switch_grpc",
         )
     )
@@ -53,6 +55,7 @@ def test_bmv2s_standard_build_is_named_when_the_switch_set_the_pace() -> None:
             {"offload": "switch"},
             bw=None,
             link_bandwidth_mbps=[10.0],
+            target="bmv2",
             bmv2_binary="simple_switch_grpc-perf",
         )
     )
@@ -200,7 +203,8 @@ def test_a_run_writes_report_md_with_its_table_and_figures(
     config["link_bandwidth_mbps"] = [2.0]
     model = {"server_ms": 39.0, "offload_ms": 30.5, "speedup": 1.279}
     hot = {"keys": 4, "coverage": 0.4, "covered": 40, "total": 100, "candidates": 30}
-    summary = build(tmp_path, config, phases, hot, 2, 1, ["s1"], model=model)
+    summary = build_summary(config, phases, hot, 2, 1, ["s1"], model=model)
+    write_outputs(tmp_path, summary, phases, 2)
 
     text = (tmp_path / "report.md").read_text()
     assert text.splitlines()[2] == config_line(summary)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from experiment import sweep
-from experiment.plots import CAPTIONS
-from experiment.report import join_config
-from experiment.runner import RunConfig
+from experiment.config import RunConfig
+from experiment.configline import join_config
+from experiment.report import CAPTIONS
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -1,10 +1,10 @@
 """Bring a topology up in Mininet with our P4Runtime switches, and clean up after it.
 
-`start_network()` builds Mininet(controller=None) from a topology file with EmbeddedSwitch or
-Bmv2Switch and HotaggHost (IPv6 and offloads off, static ARP for every other host and for the
-switch service addresses, a default route on eth0), runs each host's tutorial "commands", and
-returns a Network: hosts by name, switch gRPC addresses, stop(). The switches start without a
-pipeline; the controller pushes it and installs routes.
+`start_network()` builds Mininet(controller=None) from a topology file with P4RuntimeSwitch
+switches of one target (topologies/targets.py) and HotaggHost (IPv6 and offloads off, static
+ARP for every other host and for the switch service addresses, a default route on eth0), runs
+each host's tutorial "commands", and returns a Network: hosts by name, switch gRPC addresses,
+stop(). The switches start without a pipeline; the controller pushes it and installs routes.
 
 Runs share a machine: each reserves its switch interface prefix and P4Runtime ports in its
 state file (/tmp/hotagg-state/<run>.json, under a lock) before it builds anything, and a
@@ -40,8 +40,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from topologies.nodes import SWITCH_CLASSES, HotaggHost, P4RuntimeSwitch
+from topologies.nodes import HotaggHost, P4RuntimeSwitch
 from topologies.switches import CHECKOUT_ENV, REPO_ROOT, RUN_ENV, free_tcp_port
+from topologies.targets import (
+    DEFAULT_LOG_DIR,
+    Target,
+    TargetName,
+    UnknownTarget,
+    make_target,
+    switch_programs,
+)
 from topologies.topo import IFNAMSIZ, HotaggTopo, switch_intf_name
 from topologies.topology import Topology, load_topology
 
@@ -51,9 +59,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LOG_DIR = Path("/tmp/hotagg-logs")
 DEFAULT_STATE_DIR = Path("/tmp/hotagg-state")
-SWITCH_PROGRAMS = ("softswitch", "simple_switch_grpc")
 PREFIX_CHARS = re.compile(r"[a-z][a-z0-9]*")  # safe in interface names and tc/ip commands
 AUTO_PREFIX_LEN = 4  # 26 * 36^3 prefixes; names like "hq7zs1-eth12"
 
@@ -155,7 +161,7 @@ class Network:
 
 def start_network(
     topology: Topology | str | Path,
-    target: str = "embedded",
+    target: str | Target = TargetName.EMBEDDED,
     *,
     grpc_base_port: int = 50051,
     grpc_ports: dict[str, int] | None = None,
@@ -176,8 +182,10 @@ def start_network(
 
     if (why := missing_prerequisites()) is not None:
         raise NetworkError(why)
-    if target not in SWITCH_CLASSES:
-        raise NetworkError(f"unknown target {target!r}; choose one of {sorted(SWITCH_CLASSES)}")
+    try:
+        kind = make_target(target)
+    except UnknownTarget as e:
+        raise NetworkError(str(e)) from None
     topo_obj = topology if isinstance(topology, Topology) else load_topology(topology)
     run_id = run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     log_dir, state_dir = Path(log_dir), Path(state_dir)
@@ -191,7 +199,7 @@ def start_network(
     try:
         topo = HotaggTopo(
             topo_obj,
-            switch_cls=SWITCH_CLASSES[target],
+            switch_cls=P4RuntimeSwitch,
             host_cls=HotaggHost,
             grpc_base_port=grpc_base_port or 50051,
             grpc_ports=ports,
@@ -199,7 +207,7 @@ def start_network(
             log_dir=log_dir,
             run_id=run_id,
             netem=netem,
-            switch_opts={"seed": seed, "start_timeout": start_timeout},
+            switch_opts={"target": kind, "seed": seed, "start_timeout": start_timeout},
         )
         if topo.unshaped:
             log.warning(
@@ -212,7 +220,7 @@ def start_network(
             topo=topo, controller=None, build=False, autoSetMacs=False, waitConnected=False
         )
         network = Network(
-            topo_obj, net, target, run_id, state_path, log_dir, topo.unshaped, intf_prefix
+            topo_obj, net, kind.name, run_id, state_path, log_dir, topo.unshaped, intf_prefix
         )
     except BaseException:
         state_path.unlink(missing_ok=True)  # nothing was built: give the reservation back
@@ -434,7 +442,7 @@ def switch_processes(run_id: str | None = None, checkout: str | None = None) -> 
             continue
         pid = int(entry.name)
         cmdline = _read_proc(pid, "cmdline").split(b"\0")
-        if not any(p.encode() in arg for arg in cmdline[:3] for p in SWITCH_PROGRAMS):
+        if not any(p.encode() in arg for arg in cmdline[:3] for p in switch_programs()):
             continue
         env = _read_proc(pid, "environ").split(b"\0")
         runs_ = [v[len(run_mark) :].decode(errors="replace") for v in env if v.startswith(run_mark)]

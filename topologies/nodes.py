@@ -1,7 +1,8 @@
 """Mininet node classes: P4Runtime switches on their Mininet interfaces, and configured hosts.
 
-`EmbeddedSwitch` runs `python -m softswitch`, `Bmv2Switch` runs `simple_switch_grpc --no-p4`;
-both through topologies.switches.SwitchProcess (argument lists, no shell strings), in the root
+`P4RuntimeSwitch` runs a switch of any target (topologies/targets.py: the embedded
+`python -m softswitch`, BMv2's `simple_switch_grpc --no-p4`, or one registered later)
+through topologies.switches.SwitchProcess (argument lists, no shell strings), in the root
 namespace as Mininet's switches are, with P4Runtime on 127.0.0.1:<grpc_port>. Mininet starts
 every switch, then calls `batchStartup`, which waits until all gRPC ports accept: the
 switches boot in parallel. A switch that does not come up raises SwitchStartError with the
@@ -20,6 +21,7 @@ from mininet.node import Host, Switch
 
 from contract.constants import CPU_PORT
 from topologies.switches import SwitchProcess, SwitchStartError
+from topologies.targets import DEFAULT_LOG_DIR, Target, TargetName, make_target
 
 log = logging.getLogger(__name__)
 
@@ -33,24 +35,24 @@ def _quiet(argv: Sequence[str]) -> subprocess.CompletedProcess:
 
 
 class P4RuntimeSwitch(Switch):
-    """A Mininet switch whose data plane is a P4Runtime switch process (see subclasses)."""
-
-    target = "embedded"
+    """A Mininet switch whose data plane is a P4Runtime switch process of `target`."""
 
     def __init__(
         self,
         name: str,
+        target: str | Target = TargetName.EMBEDDED,
         grpc_port: int = 0,
         device_id: int = 0,
         cpu_port: int = CPU_PORT,
-        log_dir: str | Path = "/tmp/hotagg-logs",
+        log_dir: str | Path = DEFAULT_LOG_DIR,
         run_id: str | None = None,
         seed: int | None = None,
         start_timeout: float = 30.0,
         batch: bool = False,
         **params: Any,
     ) -> None:
-        """grpc_port: P4Runtime port on 127.0.0.1 (0: a free one)
+        """target: a Target, or a registered target's name (topologies/targets.py)
+        grpc_port: P4Runtime port on 127.0.0.1 (0: a free one)
         device_id: P4Runtime device id
         cpu_port: the P4 port number of the CPU (PacketIn/PacketOut)
         log_dir: where <name>.log goes
@@ -59,6 +61,7 @@ class P4RuntimeSwitch(Switch):
         start_timeout: seconds to wait for the gRPC port
         batch: set by Mininet when batchStartup will wait for readiness"""
         super().__init__(name, **params)
+        self.kind = make_target(target)
         self.grpc_port = grpc_port
         self.device_id = device_id
         self.cpu_port = cpu_port
@@ -75,7 +78,7 @@ class P4RuntimeSwitch(Switch):
 
     @property
     def log_path(self) -> Path:
-        return self.log_dir / f"{self.name}.log"
+        return self.kind.log_path(self.log_dir, self.name)
 
     def p4_ports(self) -> dict[int, str]:
         """P4 port number -> interface name (Mininet's port numbers, from the topology)."""
@@ -95,7 +98,7 @@ class P4RuntimeSwitch(Switch):
         self.process = SwitchProcess(
             name=self.name,
             ports=self.p4_ports(),
-            target=self.target,
+            target=self.kind,
             grpc_port=self.grpc_port,
             device_id=self.device_id,
             cpu_port=self.cpu_port,
@@ -138,21 +141,6 @@ class P4RuntimeSwitch(Switch):
             and self.process.proc is not None
             and (self.process.proc.poll() is None)
         )
-
-
-class EmbeddedSwitch(P4RuntimeSwitch):
-    """The embedded Python target (`python -m softswitch`)."""
-
-    target = "embedded"
-
-
-class Bmv2Switch(P4RuntimeSwitch):
-    """BMv2's simple_switch_grpc, started without a program (`--no-p4`)."""
-
-    target = "bmv2"
-
-
-SWITCH_CLASSES: dict[str, type[P4RuntimeSwitch]] = {"embedded": EmbeddedSwitch, "bmv2": Bmv2Switch}
 
 
 class HostConfigError(RuntimeError):

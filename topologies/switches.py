@@ -1,97 +1,53 @@
-"""Switch processes: the embedded target (`python -m softswitch`) and BMv2's simple_switch_grpc.
+"""Switch processes: one switch of any target (topologies/targets.py) as a process.
 
-Both are started from an argument list (never a shell string), with P4Runtime on loopback,
-and are ready when their gRPC port accepts connections. A switch that does not come up
-raises SwitchStartError carrying the tail of its log. The Mininet node classes in
-topologies/nodes.py wrap the same launchers.
+A switch is started from its target's argument list (never a shell string), with P4Runtime
+on loopback, and is ready when its target says so (its gRPC port accepts connections and is
+the process's). A switch that does not come up raises SwitchStartError carrying the tail of
+its log. The Mininet node class in topologies/nodes.py wraps the same launcher.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import signal
-import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from contract.constants import CPU_PORT
+from contract.p4files import REPO
+from topologies.targets import (
+    DEFAULT_BMV2_BINARY,
+    DEFAULT_LOG_DIR,
+    LaunchSpec,
+    Target,
+    TargetName,
+    bmv2_missing,
+    free_tcp_port,
+    make_target,
+)
 
-TARGETS = ("embedded", "bmv2")
-# The BMv2 switch binary: BMV2_BINARY=simple_switch_grpc-perf (BMv2's performance build, see
-# behavioral-model docs/performance.md) or a path; read when a switch is created.
-BMV2_BINARY_ENV = "BMV2_BINARY"
-DEFAULT_BMV2_BINARY = "simple_switch_grpc"
-P4C_BINARY = "p4c-bm2-ss"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+# Names other modules import from here: the switch process's and the BMv2 helpers'.
+__all__ = [
+    "CHECKOUT_ENV",
+    "DEFAULT_BMV2_BINARY",
+    "REPO_ROOT",
+    "RUN_ENV",
+    "SwitchProcess",
+    "SwitchStartError",
+    "bmv2_missing",
+    "free_tcp_port",
+    "log_tail",
+]
+
+REPO_ROOT = REPO
 RUN_ENV = "HOTAGG_RUN"  # environment variable that marks every switch process we start
 CHECKOUT_ENV = "HOTAGG_CHECKOUT"  # ... and the checkout that started it (`make stop`)
 
 
 class SwitchStartError(RuntimeError):
     """The switch process exited or did not open its gRPC port in time."""
-
-
-def bmv2_binary() -> str:
-    """The BMv2 binary to start: $BMV2_BINARY, else simple_switch_grpc."""
-    return os.environ.get(BMV2_BINARY_ENV) or DEFAULT_BMV2_BINARY
-
-
-def bmv2_missing(binary: str | None = None) -> str | None:
-    """Why BMv2 cannot be used here, or None when the BMv2 binary and p4c are on PATH."""
-    missing = [b for b in (binary or bmv2_binary(), P4C_BINARY) if shutil.which(b) is None]
-    if missing:
-        return (
-            f"{' and '.join(missing)} not on PATH (BMv2 and p4c are not packaged for Debian "
-            "or PyPI: the P4 tutorials VM has them, or build them from p4lang)"
-        )
-    return None
-
-
-def free_tcp_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def port_open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
-def listens_on(pid: int, port: int) -> bool:
-    """Whether process `pid` holds a listening TCP socket on `port` (True where /proc does
-    not tell: not Linux, or another user's process)."""
-    inodes = set()
-    lines: list[str] = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(OSError):
-            lines += Path(table).read_text().splitlines()[1:]
-    if not lines:
-        return True
-    for line in lines:
-        fields = line.split()
-        # local_address is ADDR:PORT in hex; state 0A is LISTEN
-        if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-            inodes.add(f"socket:[{fields[9]}]")
-    try:
-        fds = list(Path(f"/proc/{pid}/fd").iterdir())
-    except OSError:
-        return True
-    for fd in fds:
-        try:
-            if os.readlink(fd) in inodes:
-                return True
-        except OSError:
-            continue
-    return False
 
 
 def log_tail(path: Path, lines: int = 20) -> str:
@@ -104,23 +60,25 @@ def log_tail(path: Path, lines: int = 20) -> str:
 
 @dataclass
 class SwitchProcess:
-    """One switch process. `ports` maps P4 port numbers to interface names."""
+    """One switch process. `ports` maps P4 port numbers to interface names; `target` is a
+    Target, or a registered target's name (then built as the environment sets it, e.g.
+    $BMV2_BINARY); it reads as the name afterwards, and `kind` is the Target."""
 
     name: str
     ports: dict[int, str]
-    target: str = "embedded"
+    target: str | Target = TargetName.EMBEDDED
     grpc_port: int = 0
     device_id: int = 0
     cpu_port: int = CPU_PORT
-    log_dir: Path = field(default_factory=lambda: Path("/tmp/hotagg-logs"))
+    log_dir: Path = DEFAULT_LOG_DIR
     seed: int | None = None
     run_id: str | None = None  # exported as HOTAGG_RUN; default "pid<our pid>"
-    bmv2_binary: str = field(default_factory=bmv2_binary)
     proc: subprocess.Popen | None = None
+    kind: Target = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.target not in TARGETS:
-            raise ValueError(f"unknown target {self.target!r}; choose one of {TARGETS}")
+        self.kind = make_target(self.target)  # UnknownTarget (a ValueError) names the others
+        self.target = self.kind.name
         if not self.grpc_port:
             self.grpc_port = free_tcp_port()
 
@@ -130,26 +88,15 @@ class SwitchProcess:
 
     @property
     def log_path(self) -> Path:
-        return self.log_dir / f"{self.name}.log"
+        return self.kind.log_path(self.log_dir, self.name)
+
+    def spec(self) -> LaunchSpec:
+        return LaunchSpec(
+            self.name, self.ports, self.grpc_addr, self.device_id, self.cpu_port, self.seed
+        )
 
     def argv(self) -> list[str]:
-        intfs = [f"{port}@{ifname}" for port, ifname in sorted(self.ports.items())]
-        if self.target == "embedded":
-            argv = [sys.executable, "-m", "softswitch", "--name", self.name]
-            argv += ["--device-id", str(self.device_id), "--grpc-addr", self.grpc_addr]
-            argv += ["--cpu-port", str(self.cpu_port)]
-            for intf in intfs:
-                argv += ["-i", intf]
-            if self.seed is not None:
-                argv += ["--seed", str(self.seed)]
-            return argv
-        argv = [self.bmv2_binary, "--device-id", str(self.device_id), "--no-p4"]
-        for intf in intfs:
-            argv += ["-i", intf]
-        # Thrift (if compiled in) listens on all addresses; give it a free port at least.
-        argv += ["--thrift-port", str(free_tcp_port())]
-        argv += ["--", "--grpc-server-addr", self.grpc_addr, "--cpu-port", str(self.cpu_port)]
-        return argv
+        return self.kind.argv(self.spec())
 
     def start(self, timeout: float = 15.0) -> SwitchProcess:
         """Launch the process and wait until its gRPC port accepts connections."""
@@ -157,7 +104,7 @@ class SwitchProcess:
 
     def launch(self) -> SwitchProcess:
         """Start the process without waiting (several switches can then boot in parallel)."""
-        if self.target == "bmv2" and (why := bmv2_missing(self.bmv2_binary)):
+        if why := self.kind.missing():
             raise SwitchStartError(why)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
@@ -172,7 +119,8 @@ class SwitchProcess:
         return self
 
     def wait_ready(self, timeout: float = 15.0) -> SwitchProcess:
-        """Wait for the gRPC port; on failure stop the process and raise with the log tail."""
+        """Wait until the target says the switch is ready; on failure stop the process and
+        raise with the log tail."""
         if self.proc is None:
             raise SwitchStartError(f"{self.name} was never launched")
         deadline = time.monotonic() + timeout
@@ -182,9 +130,7 @@ class SwitchProcess:
                     f"{self.name} ({self.target}) exited with code {self.proc.returncode}:\n"
                     + log_tail(self.log_path)
                 )
-            # Open, and by this process: a port taken by another run's switch in the
-            # meantime must not pass for ours (the controller would program that one).
-            if port_open("127.0.0.1", self.grpc_port) and listens_on(self.proc.pid, self.grpc_port):
+            if self.kind.ready(self.proc.pid, self.grpc_port):
                 return self
             time.sleep(0.05)
         self.stop()

@@ -1,0 +1,123 @@
+"""A run's configuration and the experiment's vocabulary: what every other module of
+experiment/ shares (RunConfig, the hot-set modes and sources, the run's errors, constants),
+so that they import it and not each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from contract.enums import NameEnum
+from contract.p4files import REPO
+from hosts.workloads import WorkloadName
+from topologies.targets import TargetName
+
+JOB_ID = 1  # the one training job of a run
+# BW=auto tries these link rates (Mbit/s), rising, with this many iterations each.
+AUTO_RATES = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
+CALIBRATION_ITERATIONS = 8
+# A generated workload's warm-up reads its stream this far on: far beyond any measured
+# iteration, so the hot set is learnt from iterations that are not measured.
+WARMUP_STREAM_OFFSET = 1_000_000
+
+
+class HotSetMode(NameEnum):
+    """HOTSET=: the hot set during the offload phase."""
+
+    STATIC = "static"  # the warm-up's, frozen
+    DYNAMIC = "dynamic"  # re-selected by the online loop (experiment/hotset.py)
+
+
+class HotSetSource(NameEnum):
+    """HOTSET_SOURCE=: what the online loop measures the keys' rates from."""
+
+    PS = "ps"  # the PS shards' .live counters
+    SWITCH = "switch"  # the hot-key tables' hit counters and the cold-key sketch's reports
+
+
+# Iterations between the online loop's re-selections, by what it reads (hotset_source). With
+# the PS's counters, every iteration: a key that enters the head is in the set an iteration
+# sooner, and the change test looks back as many iterations (experiment/hotset.py
+# change_window). The switch's source stays at 2: each step reads the hit counters and the
+# followed sketch cells (~10 ms of the embedded switch's CPU), and a report threshold over one
+# iteration (2 updates) would report many more tail keys; not measured at 1.
+HOTSET_EVERY: dict[HotSetSource, int] = {HotSetSource.PS: 1, HotSetSource.SWITCH: 2}
+
+
+class ExperimentError(RuntimeError):
+    """The run cannot go on; the message says why and what to do."""
+
+
+class PreflightError(ExperimentError):
+    """The run cannot start: bad options or missing prerequisites."""
+
+
+@dataclass
+class RunConfig:
+    target: str = TargetName.EMBEDDED  # a registered target's name (topologies/targets.py)
+    topo: Path = REPO / "topologies" / "star.json"
+    workers: int = 0  # 0: every worker host of the topology (options.check fills it in)
+    iterations: int = 50
+    skew: float = 1.1
+    keys: int = 100_000
+    keys_per_iter: int = 256
+    hot_slots: int = 256
+    loss: float = 0.0
+    seed: int = 1
+    workload: WorkloadName = WorkloadName.ZIPF
+    warmup: int = 5
+    # Mbit/s on every link, instead of the topology's (None: as given; "auto": calibrated)
+    bw: float | str | None = None
+    ps: list[str] = field(default_factory=list)  # PS hosts, for files without hotagg's roles
+    runs_dir: Path = REPO / "runs"
+    grpc_base_port: int = 0  # P4Runtime port of the first switch; 0: free ports
+    intf_prefix: str = ""  # keeps switch interface names of concurrent runs apart; "": own
+    keep: bool = False  # leave the network up after the run, until Ctrl-C
+    # A switch that dies during a phase is restarted and the phase run again, this many
+    # times per run at most (0: the run ends, ProcessDied).
+    switch_restarts: int = 0
+    phase_timeout: float = 600.0
+    extra_workload_args: list[str] = field(default_factory=list)
+    # The hot set during the offload phase; with DYNAMIC the online loop re-selects every
+    # `hotset_every` iterations from what `hotset_source` measures.
+    hotset: HotSetMode = HotSetMode.STATIC
+    hotset_every: int = 0  # 0: the source's pace, HOTSET_EVERY[hotset_source]
+    hotset_source: HotSetSource = HotSetSource.PS
+    drift: str | None = None  # the measured phases' --drift (hosts/workloads.py), or None
+
+    def __post_init__(self) -> None:
+        if not self.hotset_every:  # an unknown source is refused where it is checked
+            self.hotset_every = HOTSET_EVERY.get(self.hotset_source, HOTSET_EVERY[HotSetSource.PS])
+
+    def as_dict(self) -> dict[str, Any]:
+        """config.json's fields: every option, paths as strings, names as their values."""
+        d = asdict(self)
+        d["topo"], d["runs_dir"] = str(self.topo), str(self.runs_dir)
+        for key in ("target", "workload", "hotset", "hotset_source"):
+            d[key] = str(d[key])
+        return d
+
+
+def trace_path(cfg: RunConfig) -> str | None:
+    """The --trace of the workload arguments, if any."""
+    args = cfg.extra_workload_args
+    return args[args.index("--trace") + 1] if "--trace" in args else None
+
+
+def measured_stream_offset(cfg: RunConfig) -> int:
+    """Where the measured phases read the workload: a trace after the iterations the warm-up
+    profiled; a generated workload from its start (its warm-up reads far further on)."""
+    return cfg.warmup if cfg.workload == WorkloadName.TRACE else 0
+
+
+def freq_name(shard: int, dynamic: bool) -> str:
+    """A PS shard's frequency file in a phase: where the online loop reads it while the PS
+    runs, the PS's counters themselves (.live, contract/freqfile.py: rewriting a file every few
+    iterations cost the PS CPU that showed in the iteration time); else a CSV."""
+    return f"freq{shard}.live" if dynamic else f"freq{shard}.csv"
+
+
+def say(msg: str) -> None:
+    print(f"hotagg: {msg}", flush=True)

@@ -1,0 +1,287 @@
+"""`make run`'s procedure: the network up, the warm-up and the hot set it chooses, BW=auto's
+calibration, the server-only and offload phases, and the run's report; with the exit code
+each outcome has (experiment/__main__.py's doc lists them).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any
+
+from controller.errors import ControllerError
+from controller.hotset import choose, load_stats
+from experiment import hotset, report
+from experiment.config import (
+    AUTO_RATES,
+    CALIBRATION_ITERATIONS,
+    WARMUP_STREAM_OFFSET,
+    ExperimentError,
+    HotSetMode,
+    PreflightError,
+    RunConfig,
+    measured_stream_offset,
+    say,
+)
+from experiment.configline import topology_shape
+from experiment.fidelity import PS_LINK_SATURATED
+from experiment.model import predict, workload_of
+from experiment.processes import ProcessDied
+from experiment.runner import Experiment, preflight
+from experiment.schema import ModelBound, WarmupHotSet
+from experiment.summary import build_summary
+from hosts.stats import dumps_strict
+from hosts.workloads import WorkloadName
+
+EXIT_PROCESS_DIED = 4  # a switch, PS shard or worker died during the run (ProcessDied)
+
+
+def run(cfg: RunConfig) -> int:
+    """One run; 0 when the two modes' parameters are equal, 1 when they differ."""
+    exp = Experiment(cfg, preflight(cfg))
+    bed = exp.bed
+    run_dir = exp.make_run_dir()
+    config = cfg.as_dict()
+
+    def save_config() -> None:  # again whenever the run learns more about itself
+        (run_dir / "config.json").write_text(dumps_strict(config, indent=2) + "\n")
+
+    def record_links(calibrating: bool = False) -> None:
+        # what the links really are (the topology's, BW's or BW=auto's): it decides the
+        # regime (README)
+        rates = sorted({link.bandwidth or 0.0 for link in bed.topology.links})
+        config["link_bandwidth_mbps"] = [r or None for r in rates]
+        config["topology_shape"] = topology_shape(bed.topology)  # the config line's
+        save_config()
+        links = ", ".join("unlimited" if not r else f"{r:g} Mbit/s" for r in rates)
+        if calibrating:
+            links = "BW=auto (calibrated after the warm-up)"
+        say(
+            f"run {run_dir.name}: {bed.target.describe()}, {cfg.workers} workers, "
+            f"{cfg.iterations} iterations, {cfg.workload} workload, seed {cfg.seed}, "
+            f"loss {cfg.loss}, links {links}"
+        )
+
+    # Which build of the target ran (BMv2's standard and performance builds differ
+    # several-fold in speed).
+    config.update(bed.target.record())
+    record_links(calibrating=cfg.bw == "auto")
+    phases = {}
+    try:
+        exp.start()
+        net = bed.network
+        # What this run holds on the machine (runs can share one): in summary.json's config.
+        config["run_id"] = run_dir.name
+        config["intf_prefix"] = net.intf_prefix
+        config["grpc_ports"] = {
+            name: int(addr.rsplit(":", 1)[1]) for name, addr in net.grpc_addrs.items()
+        }
+        save_config()
+        bed.configure(hot_keys=None)
+        # Same workload and seed, read further on: the warm-up learns which keys are popular
+        # without seeing the iterations it is then measured on (a trace is profiled from its
+        # start, as a running system could, and measured after that).
+        offset = 0 if cfg.workload == WorkloadName.TRACE else WARMUP_STREAM_OFFSET
+        measured = measured_stream_offset(cfg)
+        phases["warmup"] = exp.run_phase("warmup", cfg.warmup, False, stream_offset=offset)
+        config["initial_rto_ms"] = round(1e3 * exp.learn_initial_rto(phases["warmup"]), 1)
+        save_config()
+        freqs: dict[int, int] = {}
+        for f in sorted(phases["warmup"].dir.glob("freq*.csv")):
+            for key, n in load_stats(f).items():
+                freqs[key] = freqs.get(key, 0) + n
+        # HOT_SLOTS is the budget; keys updated less than once per warm-up iteration (on
+        # average) are left on the PS, since their slots would cost more to collect each
+        # iteration than they save (controller.hotset.choose).
+        hot = choose(freqs, budget=cfg.hot_slots, min_updates=cfg.warmup)
+        say(f"hot set from the warm-up: {hot.describe()}")
+        if not hot.keys:
+            say(
+                f"no key had {cfg.warmup} updates in the warm-up (one per iteration): the "
+                "offload phase runs with no hot keys; try a higher SKEW or a longer warm-up"
+            )
+        if cfg.bw == "auto":
+            # After the warm-up: the calibration runs both modes, with this hot set.
+            config["bw_auto"] = calibrate(exp, hot.keys, offset)
+            record_links()
+        bed.configure(hot_keys=None)
+        phases["server"] = exp.run_phase(
+            "server", cfg.iterations, collect=False, stream_offset=measured, drift=True
+        )
+        bed.configure(hot_keys=hot.keys)
+        agg = bed.aggregating_switch
+        budget = bed.job_slots  # the same slots in both modes: only which keys differ
+        online = None
+        if cfg.hotset == HotSetMode.DYNAMIC:
+            online = hotset.online_loop_factory(
+                bed, agg, budget, cfg.hotset_every, cfg.hotset_source
+            )
+        phases["offload"] = exp.run_phase(
+            "offload",
+            cfg.iterations,
+            collect=True,
+            stream_offset=measured,
+            drift=True,
+            online=online,
+        )
+        if cfg.hotset == HotSetMode.DYNAMIC:
+            hotset.report_steps(phases["offload"].hotset_steps)
+        warmup_hot_set: WarmupHotSet = {
+            "keys": len(hot.keys),
+            "coverage": hot.coverage,
+            "covered": hot.covered,
+            "total": hot.total,
+            "candidates": hot.candidates,
+        }
+        shards = len(bed.topology.parameter_servers)
+        summary = build_summary(
+            config,
+            phases,
+            warmup_hot_set,
+            cfg.workers,
+            shards,
+            [agg],
+            model=bound(cfg, config, hot.keys, hot.coverage, shards),
+            offload_hot_set=hotset.summarize(
+                cfg, config, phases["offload"], budget, phases["offload"].hotset_steps
+            ),
+        )
+        report.write_outputs(run_dir, summary, phases, cfg.workers)
+        print(report.comparison_table(summary), flush=True)
+        say(
+            f"report in {run_dir / 'report.md'} (runs/latest): the table, the verdict, the "
+            "bound and the figures; also summary.json, config.json, latency.csv, *.png"
+        )
+        if cfg.keep:
+            keep_running(exp)
+    finally:
+        exp.stop()
+    if not summary["exact"]:
+        say("ERROR: the parameters of the two modes differ; see summary.json params_sha256")
+        return 1
+    return 0
+
+
+def calibrate(exp: Experiment, hot_keys: list[int], stream_offset: int) -> dict[str, Any]:
+    """BW=auto: short phases of both modes at rising link rates; the highest rate at which
+    the PS's link saturated in both (PS-link-bound with it at PS_LINK_SATURATED of its rate
+    or more, experiment/fidelity.py) is the run's rate. Both modes, because they load the
+    machine differently (offload moves work from the PS to the switch and adds the
+    COLLECTs); rising, since the first rate that fails ends the search. Saturated, not
+    merely PS-link-bound (the verdict also takes a PS link that is only the busiest
+    resource, at half its rate): the measured phases run 6 times longer than these, and at
+    such a rate (5 Mbit/s, the PS link at 64% in offload's calibration) BMv2's performance
+    build measured offload at 39.0 ms against the bound's 32.9, its PS link at 83% with the
+    cores 91% busy. The phases read the warm-up's part of
+    the workload, never the measured iterations."""
+
+    def saturated(verdict: dict) -> bool:
+        return (
+            verdict["bottleneck"] == "ps_link"
+            and verdict["ps_link_utilization"] >= PS_LINK_SATURATED
+        )
+
+    trials = []
+    chosen = None
+    for mbps in AUTO_RATES:
+        exp.bed.set_bandwidth(mbps)
+        verdicts = {}
+        for mode, keys in (("server", None), ("offload", hot_keys)):
+            exp.bed.configure(hot_keys=keys)  # a fresh pipeline: the phase's seqs start at 1
+            phase = exp.run_phase(
+                f"calibrate-{mbps:g}-{mode}",
+                CALIBRATION_ITERATIONS,
+                collect=keys is not None,
+                stream_offset=stream_offset,
+            )
+            verdicts[mode] = phase.fidelity
+            if not saturated(phase.fidelity):
+                break  # no need to try the other mode at this rate
+        worst = next((v for v in verdicts.values() if not saturated(v)), None)
+        shown = worst or verdicts["offload"]
+        trials.append(
+            {
+                "mbps": mbps,
+                "bottleneck": shown["bottleneck"],
+                "why": shown["why"],
+                "modes": {m: v["bottleneck"] for m, v in verdicts.items()},
+                "ps_link_utilization": {m: v["ps_link_utilization"] for m, v in verdicts.items()},
+                "saturated": worst is None,
+            }
+        )
+        which = (
+            "both modes" if worst is None else next(m for m, v in verdicts.items() if v is worst)
+        )
+        why = shown["why"]
+        if worst is not None and worst["bottleneck"] == "ps_link":
+            why += f", below the {PS_LINK_SATURATED:.0%} this calibration asks"
+        say(f"BW=auto: {mbps:g} Mbit/s: {shown['bottleneck']} in {which} ({why})")
+        if worst is not None:
+            break
+        chosen = mbps
+    if chosen is None:
+        chosen = AUTO_RATES[0]
+        say(
+            f"BW=auto: no rate tried was network-bound; using the lowest, {chosen:g} Mbit/s "
+            "(the summary's fidelity block says what limited the run)"
+        )
+    else:
+        say(f"BW=auto: {chosen:g} Mbit/s, the highest rate at which the PS link saturated")
+    exp.bed.set_bandwidth(chosen)
+    return {"chosen_mbps": chosen, "trials": trials}
+
+
+def bound(
+    cfg: RunConfig, config: dict[str, Any], hot_keys: list[int], coverage: float, shards: int
+) -> ModelBound | None:
+    """The analytical bound of this run (experiment/model.py) with the hot set it used;
+    None where a link has no rate (then no link bound exists)."""
+    rates = config["link_bandwidth_mbps"]
+    if not rates or None in rates:
+        return None
+    prediction = predict(
+        workload_of(config),
+        cfg.workers,
+        cfg.iterations,
+        min(rates),
+        set(hot_keys),
+        coverage,
+        shards,
+        stream_offset=measured_stream_offset(cfg),
+    )
+    return prediction.as_dict()
+
+
+def keep_running(exp: Experiment) -> None:
+    """Leave the switches up (with the offload phase's tables) for hands-on use."""
+    exp.bed.close_clients()  # so that a controller started by hand can become primary
+    net = exp.bed.network
+    say("KEEP=1: the network stays up until Ctrl-C. Try, from another terminal:")
+    for name, addr in net.grpc_addrs.items():
+        say(f"  {name}: .venv/bin/hotagg-ctl --grpc-addr {addr} hotkeys list")
+        say(
+            f"  {name}: .venv/bin/python -m p4runtime_sh --grpc-addr {addr} "
+            f"--device-id {net.device_ids[name]} --election-id 0,2"
+        )
+    stop_signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)  # sigwait needs them blocked
+    signal.sigwait(stop_signals)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
+
+
+def main(cfg: RunConfig) -> int:
+    """run(cfg), with each way it can end as its exit code and a one-line error."""
+    try:
+        return run(cfg)
+    except PreflightError as e:
+        print(f"hotagg: error: {e}", file=sys.stderr)
+        return 2
+    except ProcessDied as e:
+        print(f"hotagg: error: {e}", file=sys.stderr)
+        return EXIT_PROCESS_DIED
+    except (ExperimentError, ControllerError) as e:
+        print(f"hotagg: error: {e}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        print("hotagg: interrupted; cleaned up", file=sys.stderr)
+        return 130

@@ -1,0 +1,212 @@
+"""A run's numbers from its phases' logs: summary.json (experiment/schema.py Summary) and
+latency.csv."""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiment import fidelity
+from experiment.results import PhaseResult, ps_rows, worker_rows
+from experiment.schema import (
+    SCHEMA_VERSION,
+    LatencySplit,
+    ModelBound,
+    ModeSummary,
+    OffloadHotSet,
+    Quantiles,
+    Summary,
+    WarmupHotSet,
+)
+from hosts import stats
+
+WORKER_REQUESTS = ("PUSH", "PULL", "DONE")
+MODES = ("server", "offload")  # the measured phases, as summary.json's `modes` names them
+
+
+def pct(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 3) if values else None
+
+
+def mean(values: list[float], digits: int = 3) -> float | None:
+    return round(float(np.mean(values)), digits) if values else None
+
+
+def params_sha256(phase: PhaseResult, shards: int) -> str:
+    """sha256 of the full parameter vector: the shards' files summed (each holds zeros for
+    the keys it does not own)."""
+    return stats.params_sha256(
+        stats.load_params([phase.dir / f"params{i}.npy" for i in range(shards)])
+    )
+
+
+def dissect(wrows: list[dict[str, str]], prows: list[dict[str, str]]) -> dict[str, LatencySplit]:
+    """Per request kind: where a request's time goes (the IMC 2020 split). A request served
+    by the PS is matched with the PS's first record of it (worker, seq); its time is PS
+    queueing (arrival -> start of service), PS service (start -> reply) and the rest,
+    network and switch. A request the switch answered is all network and switch."""
+    first: dict[tuple[str, str, str], dict[str, str]] = {}
+    for r in prows:
+        first.setdefault((r["op"], r["worker"], r["seq"]), r)
+    out: dict[str, LatencySplit] = {}
+    for kind in ("push", "pull"):
+        totals, queue, service = [], [], []
+        by_switch = 0
+        for r in (r for r in wrows if r["kind"] == kind):
+            total = float(r["latency_us"])
+            totals.append(total)
+            if r["from_switch"] == "1":
+                by_switch += 1
+                queue.append(0.0)
+                service.append(0.0)
+                continue
+            p = first.get((kind.upper(), r["worker"], r["seq"]))
+            if p is None or not p["reply"]:
+                queue.append(0.0)
+                service.append(0.0)
+                continue
+            queue.append((float(p["start"]) - float(p["arrival"])) * 1e6)
+            service.append((float(p["reply"]) - float(p["start"])) * 1e6)
+        q, s, t = mean(queue, 1), mean(service, 1), mean(totals, 1)
+        rest = None if t is None or q is None or s is None else round(t - q - s, 1)
+        out[kind] = {
+            "requests": len(totals),
+            "answered_by_switch": by_switch,
+            "mean_total_us": t,
+            "mean_ps_queueing_us": q,
+            "mean_ps_service_us": s,
+            "mean_network_and_switch_us": rest,
+        }
+    return out
+
+
+def quantiles(values: list[float]) -> Quantiles:
+    return {"p50": pct(values, 50), "p99": pct(values, 99), "mean": mean(values)}
+
+
+def mode_summary(
+    phase: PhaseResult, workers: int, shards: int, agg_switches: list[str]
+) -> ModeSummary:
+    wrows = worker_rows(phase, workers)
+    prows = ps_rows(phase, shards)
+    lat: dict[str, list[float]] = defaultdict(list)
+    for r in wrows:
+        lat[r["kind"]].append(float(r["latency_us"]) / 1000)
+    ps_in = [r for r in prows if r["op"] in WORKER_REQUESTS]
+    per_iter = Counter(int(r["iteration"]) for r in ps_in)
+    hot_applied = sum(phase.switch_stats[s].get("HOT_APPLIED", 0) for s in agg_switches)
+    summary: ModeSummary = {
+        "seconds": round(phase.seconds, 3),
+        "updates_total": sum(int(r["entries"]) for r in wrows if r["kind"] == "push"),
+        "updates_in_switch": hot_applied,
+        "ps_packets_in": len(ps_in),
+        "ps_control_exchanges": sum(1 for r in prows if r["op"] in ("COLLECT", "WRITEBACK")),
+        "retransmissions": sum(
+            int(r["retransmits"] or 0) for r in wrows if r["kind"] != "iteration"
+        ),
+        "pulls_answered_by_switch": sum(
+            1 for r in wrows if r["kind"] == "pull" and r["from_switch"] == "1"
+        ),
+        "ps_packets_per_iteration": [
+            per_iter.get(t, 0) for t in range(1, max(per_iter, default=0) + 1)
+        ],
+        "latency_dissection": dissect(wrows, prows),
+        "switch_stats": phase.switch_stats,
+        "iteration_ms": quantiles(lat["iteration"]),
+        "push_ms": quantiles(lat["push"]),
+        "pull_ms": quantiles(lat["pull"]),
+    }
+    losses = [
+        [w["losses"][t] for w in phase.worker_summaries]
+        for t in range(len(phase.worker_summaries[0]["losses"]))
+    ]
+    if losses and all(x is not None for row in losses for x in row):
+        summary["loss_curve"] = [round(float(np.mean(row)), 6) for row in losses]
+    return summary
+
+
+def p50_ratio(server: Quantiles, offload: Quantiles) -> float | None:
+    """Server-only's p50 over offload's: the speed-up."""
+    a, b = server["p50"], offload["p50"]
+    return round(a / b, 3) if a and b else None
+
+
+def write_latency_csv(path: Path, phases: dict[str, PhaseResult], workers: int) -> None:
+    cols = [
+        "mode",
+        "worker",
+        "kind",
+        "iteration",
+        "seq",
+        "entries",
+        "sent",
+        "reply",
+        "latency_us",
+        "retransmits",
+        "from_switch",
+    ]
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(cols)
+        for mode, phase in phases.items():
+            for r in worker_rows(phase, workers):
+                out.writerow([mode, *(r[c] for c in cols[1:])])
+
+
+def build_summary(
+    config: dict[str, Any],
+    phases: dict[str, PhaseResult],
+    warmup_hot_set: WarmupHotSet,
+    workers: int,
+    shards: int,
+    agg_switches: list[str],
+    model: ModelBound | None = None,
+    offload_hot_set: OffloadHotSet | None = None,
+) -> Summary:
+    """summary.json of a run: its configuration, both measured phases and how they compare,
+    the bound, the hot set of each phase and the fidelity verdict."""
+    sha = {m: params_sha256(phases[m], shards) for m in MODES}
+    modes = {m: mode_summary(phases[m], workers, shards, agg_switches) for m in MODES}
+    s, o = modes["server"], modes["offload"]
+    speedup = {
+        "iteration_ms": p50_ratio(s["iteration_ms"], o["iteration_ms"]),
+        "push_ms": p50_ratio(s["push_ms"], o["push_ms"]),
+        "pull_ms": p50_ratio(s["pull_ms"], o["pull_ms"]),
+    }
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "target": config["target"],
+        "topology": Path(config["topo"]).name,
+        "workers": workers,
+        "iterations": config["iterations"],
+        "seed": config["seed"],
+        "workload": config["workload"],
+        "loss": config["loss"],
+        "hot_slots": config["hot_slots"],
+        "link_bandwidth_mbps": config.get("link_bandwidth_mbps"),
+        "exact": sha["server"] == sha["offload"],
+        "params_sha256": sha,
+        "warmup_hot_set": warmup_hot_set,
+        "config": config,
+        "modes": modes,
+        "speedup": speedup,
+        "ps_packet_reduction": (
+            round(1 - o["ps_packets_in"] / s["ps_packets_in"], 4) if s["ps_packets_in"] else None
+        ),
+        "offloaded_update_share": (
+            round(o["updates_in_switch"] / o["updates_total"], 4) if o["updates_total"] else None
+        ),
+        # The PS-link bound of this configuration (experiment/model.py), beside what was
+        # measured.
+        "model": model,
+        # The offload phase's hot set per iteration against the oracle (experiment/hotset.py).
+        "offload_hot_set": offload_hot_set,
+        # Which resource set the pace of each measured phase (experiment/fidelity.py).
+        "fidelity": fidelity.summarize(
+            {m: phases[m].fidelity for m in MODES if phases[m].fidelity}
+        ),
+    }

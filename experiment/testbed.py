@@ -1,0 +1,236 @@
+"""The run's network: Mininet with switches of the run's target, a P4Runtime session to each,
+what the switches are configured with, and their processes watched.
+
+Every phase starts from a freshly pushed pipeline (which clears the switches' tables,
+registers and counters on every target), so the two measured phases see identical switch
+state apart from the hot keys.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from mininet.link import TCIntf
+
+from contract.constants import Stat
+from contract.p4files import P4INFO_PATH
+from controller.client import SwitchClient
+from controller.drop_sim import DropSim
+from controller.errors import ControllerError
+from controller.forwarding import Forwarding, compute_routes
+from controller.hot_keys import HotKeys
+from controller.jobs import Jobs
+from controller.p4info import P4Info
+from controller.stats import Stats
+from controller.tenancy import Tenancy, admissions_from_topology
+from experiment.config import JOB_ID, ExperimentError, RunConfig, say
+from experiment.fidelity import LinkProbe, PhaseMonitor
+from experiment.processes import Watched, raise_first_death
+from topologies.network import Network, start_network
+from topologies.switches import REPO_ROOT
+from topologies.targets import Target
+from topologies.topology import Topology
+
+
+class Testbed:
+    """The switches and hosts of a run, once start() has brought them up."""
+
+    def __init__(self, cfg: RunConfig, topology: Topology, target: Target) -> None:
+        self.cfg, self.topology, self.target = cfg, topology, target
+        self.net: Network | None = None
+        self.clients: dict[str, SwitchClient] = {}
+        self.p4info = P4Info.from_file(P4INFO_PATH)
+        self.device_config = b""  # the target's, read by start()
+        self.job_slots = cfg.hot_slots  # the job's slot count, set by configure()
+        self.hot_offsets: dict[int, int] = {}  # hot key -> slot offset, set by configure()
+        self.hot_keys: list[int] | None = None  # as last configured, for a restarted switch
+
+    @property
+    def network(self) -> Network:
+        if self.net is None:
+            raise ExperimentError("the network is not up (Testbed.start)")
+        return self.net
+
+    @property
+    def aggregating_switch(self) -> str:
+        """The switch that sums the hot keys (options.check: exactly one)."""
+        return next(n for n, s in self.topology.switches.items() if s.aggregate)
+
+    # --- set-up ---
+
+    def start(self, run_id: str, log_dir: Path) -> None:
+        """The network up, then a P4Runtime session to every switch."""
+        self.device_config = self.target.device_config()
+        say(f"starting {self.cfg.topo.name} with {self.target.name} switches ...")
+        try:
+            self.net = start_network(
+                self.topology,
+                self.target,
+                grpc_base_port=self.cfg.grpc_base_port,
+                run_id=run_id,
+                intf_prefix=self.cfg.intf_prefix or None,  # None: an unused one
+                log_dir=log_dir,
+                seed=self.cfg.seed,
+            )
+        except Exception as e:
+            hint = ""
+            if "File exists" in str(e) or "Address already in use" in str(e):
+                hint = " (an earlier run may have left it behind: sudo make stop)"
+            raise ExperimentError(f"the network did not come up: {e}{hint}") from e
+        say(
+            f"run {run_id}: interface prefix {self.net.intf_prefix!r}; "
+            f"stop it alone with: sudo make stop RUN={run_id}"
+        )
+        for name, addr in self.net.grpc_addrs.items():
+            self.clients[name] = SwitchClient(addr, self.net.device_ids[name], wait=10.0).connect()
+        say(
+            "network up; P4Runtime: "
+            + ", ".join(f"{n} {a}" for n, a in self.net.grpc_addrs.items())
+        )
+
+    def configure(self, hot_keys: list[int] | None) -> None:
+        """Fresh pipeline on every switch, routes, the job and its admissions, the drop
+        rate, and hot keys on the aggregating switches."""
+        # The job gets as many slots as there are hot keys (at most HOT_SLOTS), so that the
+        # PS collects no slot that can never hold a sum.
+        self.job_slots = max(1, len(hot_keys)) if hot_keys else self.cfg.hot_slots
+        self.hot_offsets = {}
+        self.hot_keys = hot_keys
+        workers = [h.name for h in self.topology.workers[: self.cfg.workers]]
+        ps = [h.name for h in self.topology.parameter_servers]
+        with self.naming_dead_switches("configuring the switches"):
+            for name, client in self.clients.items():
+                client.set_pipeline(self.p4info.message, self.device_config)
+                Forwarding(client, self.p4info).install(compute_routes(self.topology, name))
+                job = Jobs(client, self.p4info).add(JOB_ID, self.job_slots)
+                # Tenancy: the switch serves the job only from its hosts' (port, address).
+                adms = admissions_from_topology(self.topology, name, JOB_ID, workers, ps)
+                Tenancy(client, self.p4info).admit(adms)
+                DropSim(client, self.p4info).set(self.cfg.loss)
+                if hot_keys and self.topology.switches[name].aggregate:
+                    report = HotKeys(client, self.p4info).install(job, hot_keys)
+                    self.hot_offsets = dict(report.added)
+
+    def set_bandwidth(self, mbps: float) -> None:
+        """Reshape every link of the running network to `mbps` (both ends; the links were
+        built shaped, see options.check), keeping each interface's other settings."""
+        for link in self.network.net.links:
+            for intf in (link.intf1, link.intf2):
+                if isinstance(intf, TCIntf):
+                    intf.config(**{**intf.params, "bw": mbps})
+        self.topology = self.topology.with_bandwidth(mbps)
+
+    # --- the switch processes ---
+
+    def watched_switches(self) -> list[Watched]:
+        out = []
+        for name in self.topology.switches:
+            process = self.network.switch(name).process
+            if process is not None and process.proc is not None:
+                label = f"{self.target.name} switch {name}"
+                out.append(Watched(label, process.proc, process.log_path))
+        return out
+
+    def check_processes(self, when: str, agents: Sequence[Watched] = ()) -> None:
+        """Raise ProcessDied for the first of the switches and `agents` that has died;
+        switches first, since a dead switch stalls the agents behind it."""
+        raise_first_death(when, [*self.watched_switches(), *agents])
+
+    @contextlib.contextmanager
+    def naming_dead_switches(self, when: str) -> Iterator[None]:
+        """A P4Runtime failure caused by a switch process that died is reported as that
+        death (ProcessDied), not as an unreachable address."""
+        self.check_processes(when)
+        try:
+            yield
+        except ControllerError:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                # a process killed a moment ago may not have been reaped yet
+                for watched in self.watched_switches():
+                    watched.proc.wait(0.5)
+            self.check_processes(when)
+            raise
+
+    def restart_switch(self, name: str, keep_log_in: Path) -> None:
+        """Start switch `name` again on its interfaces and port (its dead process's log
+        moved into `keep_log_in`), then configure every switch as for a phase: the
+        controller's session re-arbitrates by itself (controller/client.py), and the
+        other switches get a fresh pipeline too, as at the start of any phase."""
+        process = self.network.switch(name).process
+        if process is None:
+            raise ExperimentError(f"switch {name} was never started")
+        process.log_path.rename(keep_log_in / process.log_path.name)
+        process.start()
+        self.configure(self.hot_keys)
+
+    def switch_pid(self, name: str) -> int | None:
+        process = self.network.switch(name).process
+        return process.proc.pid if process is not None and process.proc is not None else None
+
+    # --- what a phase uses ---
+
+    def spawn(
+        self, host: str, argv: list[str], err: Path, stdin: int | None = None
+    ) -> subprocess.Popen:
+        """Start `argv` inside Mininet host `host`; stdout is piped, stderr goes to `err`."""
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
+        with open(err, "w") as err_file:  # the child keeps its own descriptor
+            proc: subprocess.Popen = self.network.host(host).popen(
+                argv,
+                cwd=REPO_ROOT,
+                env=env,
+                stdin=stdin,
+                stdout=subprocess.PIPE,
+                stderr=err_file,
+                text=True,
+            )
+            return proc
+
+    def monitor(self, procs: Sequence[tuple[str, subprocess.Popen]]) -> PhaseMonitor:
+        """A fidelity monitor over this phase's processes, the switches and every link."""
+        pids = {f"switch {name}": self.switch_pid(name) for name in self.topology.switches}
+        pids.update((label, proc.pid) for label, proc in procs)
+        ps_names = {h.name for h in self.topology.parameter_servers}
+        links = []
+        for link in self.topology.links:
+            # Seen from its switch end (either end of a switch-switch link carries the same).
+            if link.is_host_link:
+                switch, port = link.node2, link.port2
+            else:
+                switch, port = link.node1, link.port1
+            links.append(
+                LinkProbe(
+                    f"{link.node1}-{link.node2}",
+                    self.network.switch(switch).intfs[port].name,
+                    link.bandwidth,
+                    to_ps=link.node1 in ps_names,
+                )
+            )
+        return PhaseMonitor({k: v for k, v in pids.items() if v}, links)
+
+    def switch_stats(self) -> dict[str, dict[str, int]]:
+        """switch -> stat name -> packets, from every switch's counters."""
+        out = {}
+        with self.naming_dead_switches("reading the switches' counters"):
+            for name, client in self.clients.items():
+                cells = Stats(client, self.p4info).read()
+                out[name] = {c.name: c.packets for c in cells if c.index < len(Stat)}
+        return out
+
+    # --- the end ---
+
+    def close_clients(self) -> None:
+        for client in self.clients.values():
+            with contextlib.suppress(Exception):  # best effort on the way out
+                client.close()
+        self.clients.clear()
+
+    def stop(self) -> None:
+        self.close_clients()
+        if self.net is not None:
+            self.net.stop()
+            self.net = None
