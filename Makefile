@@ -63,7 +63,7 @@ help:
 	@echo "  make stop           stop this checkout's runs (RUN=<id>: that run) and clean up after them"
 	@echo "  make test           install on first use, lint, run the test suite (PYTEST_ARGS=...)"
 	@echo "  make test-fast      the same without the BMv2 variants and the slow tests (PYTEST_ARGS=...)"
-	@echo "  make lint           ruff check and ruff format --check"
+	@echo "  make lint           ruff check, ruff format --check, mypy"
 	@echo "  make format         ruff format and ruff check --fix"
 	@echo "  make build          compile p4src/ with p4c-bm2-ss into build/ (if p4c is installed)"
 	@echo "  make check-p4info   build, then diff the committed P4Info against p4c's"
@@ -91,24 +91,22 @@ help:
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	@bash scripts/bootstrap.sh
 
+# ruff for style and mistakes, mypy for the types of the library packages (pyproject.toml).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-test: $(STAMP)
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+test: lint
 	$(PY) -m pytest -ra $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # The fast lane: units, P4Runtime and the packet tests on the embedded target. The markers
 # are pyproject.toml's; tests/conftest.py says which tests are slow.
-test-fast: $(STAMP)
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+test-fast: lint
 	$(PY) -m pytest -ra -m 'not slow and not bmv2' $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 build:

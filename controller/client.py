@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Union
+from typing import Any, Union
 
 import grpc
 from google.rpc import code_pb2
@@ -86,7 +86,7 @@ class SwitchClient:
         self._arbitration: queue.Queue = queue.Queue()
         self._packets: queue.Queue = queue.Queue()
         self._digests: queue.Queue = queue.Queue()
-        self._stream = None
+        self._stream: Any = None  # the StreamChannel call: an iterator of replies
         self._thread: threading.Thread | None = None
         self._stream_error: ControllerError | None = None
         self._closing = False
@@ -149,6 +149,7 @@ class SwitchClient:
         req.arbitration.device_id = self.device_id
         req.arbitration.election_id.high, req.arbitration.election_id.low = self.election_id
         self._out.put(req)
+        assert self._stub is not None  # opened only on a connected channel
         self._stream = self._stub.StreamChannel(self._requests(self._out))
 
     @staticmethod
@@ -271,14 +272,14 @@ class SwitchClient:
                 f"{self.timeout} s: {self._stream_error or 'no answer'}"
             )
 
-    def _call(self, name: str, request: object) -> object:
+    def _call(self, name: str, request: object) -> Any:
         self._await_session()
         try:
             return getattr(self._stub, name)(request, timeout=self.timeout)
         except grpc.RpcError as e:
             raise translate_rpc_error(e, self.addr, name) from None
 
-    def _set_election(self, req: object) -> None:
+    def _set_election(self, req: Any) -> None:
         req.device_id = self.device_id
         req.election_id.high, req.election_id.low = self.election_id
 
@@ -374,6 +375,7 @@ class SwitchClient:
         self._await_session()
         req = p4runtime_pb2.ReadRequest(device_id=self.device_id)
         req.entities.extend(entities)
+        assert self._stub is not None  # _await_session returns with a connected stub
         try:
             for reply in self._stub.Read(req, timeout=max(self.timeout, READ_TIMEOUT)):
                 yield from reply.entities

@@ -19,6 +19,7 @@ matplotlib.use("Agg")  # no display on a test VM or in CI
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.artist import Artist
+from matplotlib.axes import Axes
 from matplotlib.container import Container
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
@@ -88,7 +89,7 @@ def finish_figure(
     plt.close(fig)
 
 
-def _latency_axis(ax, values: list[float]) -> None:
+def _latency_axis(ax: Axes, values: list[float]) -> None:
     """Log scale with plain numbers where the values span a wide range, else linear."""
     positive = [v for v in values if v > 0]
     if positive and max(positive) / min(positive) > LOG_AXIS_RANGE:

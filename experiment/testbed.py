@@ -201,6 +201,7 @@ class Testbed:
             if link.is_host_link:
                 switch, port = link.node2, link.port2
             else:
+                assert link.port1 is not None  # node1 of a switch-switch link is a switch
                 switch, port = link.node1, link.port1
             links.append(
                 LinkProbe(

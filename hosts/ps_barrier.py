@@ -211,11 +211,11 @@ class Barrier:
         if not len(keys):
             self._release()
             return
-        values = self.params[keys]
-        fits = (values >= INT32_MIN) & (values <= INT32_MAX)  # else the PS answers (saturated)
+        cached = self.params[keys]
+        fits = (cached >= INT32_MIN) & (cached <= INT32_MAX)  # else the PS answers (saturated)
         self.counters["writeback_skipped"] += int((~fits).sum())
         it.phase = Phase.WRITING_BACK
-        self.switch.start_writeback(self.cur + 1, keys[fits].tolist(), values[fits].tolist())
+        self.switch.start_writeback(self.cur + 1, keys[fits].tolist(), cached[fits].tolist())
         if not self.switch.writeback_queued():
             self._release()
 

@@ -72,7 +72,7 @@ def load_params(paths: Sequence[str | Path]) -> np.ndarray:
     arrays = [np.load(p) for p in paths]
     if len({a.shape for a in arrays}) != 1:
         raise ValueError("parameter files have different key spaces")
-    return np.sum(arrays, axis=0, dtype=np.int64)
+    return np.asarray(np.sum(arrays, axis=0, dtype=np.int64))
 
 
 def finite(data: Any) -> Any:

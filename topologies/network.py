@@ -247,7 +247,7 @@ def switch_interfaces(topology: Topology, prefix: str) -> list[str]:
     """The names of the switch interfaces a run of `topology` with `prefix` creates."""
     ends = [(link.node2, link.port2) for link in topology.links]
     ends += [(link.node1, link.port1) for link in topology.links if link.port1 is not None]
-    return sorted(switch_intf_name(prefix, sw, port) for sw, port in ends)  # type: ignore[arg-type]
+    return sorted(switch_intf_name(prefix, sw, port) for sw, port in ends)
 
 
 def prefix_problem(topology: Topology, prefix: str) -> str | None:

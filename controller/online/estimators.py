@@ -288,6 +288,17 @@ class ChangeRateEstimator(_KeyRows):
 
     _columns = ("_old_n", "_old_s", "_old_c", "_old_h", "_span", "_se")
     _windows = ("_n", "_s", "_c", "_h")
+    # Made by _KeyRows from the names above (set by name, so declared here for the checker).
+    _old_n: np.ndarray
+    _old_s: np.ndarray
+    _old_c: np.ndarray
+    _old_h: np.ndarray
+    _span: np.ndarray
+    _se: np.ndarray
+    _n: np.ndarray
+    _s: np.ndarray
+    _c: np.ndarray
+    _h: np.ndarray
 
     def __init__(
         self,
@@ -417,7 +428,7 @@ class ChangeRateEstimator(_KeyRows):
         after = [np.cumsum(x[::-1], axis=0) for x in steps]
         before = [t[None, :] - a for t, a in zip(total, after)]
         parts = [np.concatenate([t[None, :], a, b]) for t, a, b in zip(total, after, before)]
-        ll = _loglik(*parts, workers)
+        ll = _loglik(parts[0], parts[1], parts[2], parts[3], workers)
         whole, ll_after, ll_before = ll[0], ll[1 : window + 1], ll[window + 1 :]
         ratio = ll_after + ll_before - whole[None, :]
         empty = (before[1] + before[3] <= 0) | (after[1] + after[3] <= 0)

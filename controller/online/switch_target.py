@@ -74,7 +74,7 @@ class SwitchTarget:
             batch += [(insert, i, self._with_slot[i]((jid, k), (o,))) for k, o in added]
         try:
             self._write([wire.update(kind, entry) for kind, _, entry in batch])
-            repair = []
+            repair: list[bytes] = []
         except WriteError as e:
             repair = []
             for x in e.errors:
