@@ -156,3 +156,66 @@ def choose(
         keys.append(key)
         covered += n
     return HotSet(keys, covered, total, len(ranked))
+
+
+@dataclass(frozen=True)
+class JobDemand:
+    """One job's update counts: `freqs` {key: updates} over `iterations` iterations."""
+
+    freqs: Mapping[int, int]
+    iterations: int
+
+    def __post_init__(self) -> None:
+        if self.iterations < 1:
+            raise BadInput(
+                f"a job's counts must span at least one iteration, not {self.iterations}"
+            )
+
+
+def split_slots(
+    demands: Mapping[int, JobDemand], slots: int, min_rate: float = 1.0
+) -> dict[int, HotSet]:
+    """Share one switch's `slots` between jobs ({job id: demand}) so that the bytes the jobs'
+    PS links save per iteration, summed over the jobs, are the most.
+
+    A hot key updated r times per iteration takes r push entries and r pull entries off its
+    PS's link toward the PS, and adds one COLLECT_REPLY entry: a slot saves (2r - 1) entries
+    per iteration. Entries cost the same in every job (one protocol), so the marginal saving
+    of a job's next slot is its next candidate's rate, and since each job's rates only fall,
+    taking the highest rates over all jobs first is optimal. `min_rate` is the floor `choose`
+    applies (a key updated less than about once an iteration saves less than it costs)."""
+    if slots < 0:
+        raise BadInput(f"slot budget {slots} is negative")
+    if min_rate < 0:
+        raise BadInput(f"minimum rate {min_rate} is negative")
+    offers = sorted(
+        (
+            (-n / demand.iterations, job, key)
+            for job, demand in demands.items()
+            for key, n in rank(demand.freqs)
+            if n / demand.iterations >= min_rate
+        )
+    )[:slots]
+    taken: dict[int, list[int]] = {job: [] for job in demands}
+    for _, job, key in offers:
+        taken[job].append(key)
+    return {job: _hot_set(demands[job].freqs, taken[job]) for job in demands}
+
+
+def equal_split(
+    demands: Mapping[int, JobDemand], slots: int, min_rate: float = 1.0
+) -> dict[int, HotSet]:
+    """The baseline `split_slots` is compared with: each job gets slots // jobs slots and
+    fills them as `choose` would alone."""
+    if not demands:
+        return {}
+    share = slots // len(demands)
+    return {
+        job: choose(demand.freqs, budget=share, min_updates=round(min_rate * demand.iterations))
+        for job, demand in demands.items()
+    }
+
+
+def _hot_set(freqs: Mapping[int, int], keys: list[int]) -> HotSet:
+    ranked = rank(freqs)
+    return HotSet(keys, sum(freqs[k] for k in keys), sum(n for _, n in ranked), len(ranked))
