@@ -6,7 +6,8 @@ gives the loop (controller/online/: RateEstimator, Hysteresis, OnlineController)
 PS frequency file would tell it (the cold keys' updates, the hot keys' `collected`
 presence), applying the loop's changes `lag` iterations later (a step takes time). The
 initial set is the warm-up's: the most updated keys of `warmup` undrifted iterations read
-far away in the stream, at least one update per iteration, at most `budget`.
+far away in the stream, at least one update per iteration, at most `hot_slots`; their
+number is the run's `budget`.
 
 Coverage as in summary.json's `offload_hot_set` block: per iteration, the share of its updates
 on the hot set; the hindsight oracle (the best `budget` keys of that iteration's own draws) and the
@@ -26,7 +27,10 @@ drift's law (each rank's probability, the first map, how often a head rank swaps
 learns which key holds a rank from the counts alone (LawAwareFilter). It is about the best
 a loop that learns keys from counts can do, and so says how much of the gap to `informed`
 no such loop can close.
-`trace=True` adds the coverage of each iteration to the result.
+A run is one SimConfig: the workload (SimWorkload), the loop (SimLoop: the policy, when it
+steps, its lag and its settings) and the run's shape (iterations, warm-up, hot slots):
+`every`, `lag`, `phase`, `warmup` and `hot_slots` here are its fields.
+`simulate(config, trace=True)` adds the coverage of each iteration to the result.
 
     .venv/bin/python -m bench.hotset_sim --grid --out bench/results/hotset_sim.json
     .venv/bin/python -m bench.hotset_sim --sweep --out bench/results/hotset_drift.json
@@ -46,6 +50,7 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +66,9 @@ from controller.online.estimators import (
 from controller.online.loop import OnlineController
 from controller.online.observation import Observation, updates_from_presence
 from controller.online.policy import CONFIDENCE, MARGIN, MAX_CHANGES, MIN_RATE, Changes, Hysteresis
-from experiment.config import HOTSET_EVERY
+from experiment.config import HOTSET_EVERY, HotSetSource
 from experiment.hotset import change_window, epoch_offset_sums
-from hosts.workloads import DriftSpec, StreamOffset, ZipfWorkload
+from hosts.workloads import DriftSpec, StreamOffset, Workload, ZipfWorkload
 
 POLICIES = ("static", "dynamic", "decay", "informed", "bayes")
 LABELS = {
@@ -188,130 +193,187 @@ class SimTarget:
         self.keys = (self.keys - set(changes.remove)) | set(changes.add)
 
 
-def simulate(
-    drift: str | None,
-    seed: int,
-    iterations: int = 100,
-    workers: int = 4,
-    draws: int = 256,
-    keys: int = 100_000,
-    skew: float = 1.1,
-    every: int = HOTSET_EVERY["ps"],
-    lag: int = 0,
-    phase: int = 0,
-    decay: float = DECAY,
-    threshold: float = CHANGE_THRESHOLD,
-    margin: float | None = None,
-    max_changes: int = MAX_CHANGES,
-    min_rate: float = MIN_RATE,
-    confidence: float = CONFIDENCE,
-    policy: str = "dynamic",
-    first_full: bool = FIRST_FULL,
-    warmup: int = 5,
-    hot_slots: int = 256,
-    trace: bool = False,
-) -> dict:
+@dataclass(frozen=True)
+class SimWorkload:
+    """The workers' stream, drawn as make run's workers draw it (hosts/workloads.py)."""
+
+    drift: str | None  # a DriftSpec (--drift), or None: the distribution never moves
+    seed: int
+    workers: int = 4
+    draws: int = 256  # keys each worker draws per iteration
+    keys: int = 100_000  # the key space
+    skew: float = 1.1  # the Zipf exponent
+
+
+@dataclass(frozen=True)
+class SimLoop:
+    """The loop under test: its policy (POLICIES), when it steps and when its changes are in
+    force, and the settings of its estimator and change policy (controller/online/)."""
+
+    policy: str = "dynamic"
+    every: int = HOTSET_EVERY[HotSetSource.PS]  # iterations between steps
+    phase: int = 0  # a step follows each iteration t with t % every == phase
+    lag: int = 0  # a step's changes are in force from `lag` iterations after the next one
+    threshold: float = CHANGE_THRESHOLD  # ChangeRateEstimator's
+    decay: float = DECAY  # RateEstimator's (policy `decay`)
+    first_full: bool = FIRST_FULL  # RateEstimator's
+    margin: float | None = None  # None: MARGIN, DECAY_MARGIN with policy `decay`
+    max_changes: int = MAX_CHANGES
+    min_rate: float = MIN_RATE
+    confidence: float = CONFIDENCE
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy {self.policy!r}: one of {', '.join(POLICIES)}")
+        if self.lag < 0:
+            raise ValueError(f"lag {self.lag} must be >= 0")
+        if not 0 <= self.phase < self.every:
+            raise ValueError(f"phase {self.phase} must be in [0, every={self.every})")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulated run (module doc): the workload, the loop and the run's shape."""
+
+    workload: SimWorkload
+    loop: SimLoop = field(default_factory=SimLoop)
+    iterations: int = 100
+    warmup: int = 5  # undrifted iterations whose most updated keys are the initial set
+    hot_slots: int = 256  # the initial set's most keys
+
+
+class SimSource:
+    """What the PS's frequency file would tell the loop since its last read: the cold keys'
+    updates and the hot keys' `collected` presence (iterations a worker pulled them in)."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self.cold: Counter[int] = Counter()
+        self.collected: Counter[int] = Counter()
+        self.since = 0  # iterations counted since the last read
+
+    def count(self, counts: Counter[int], hot: set[int]) -> None:
+        """One iteration's draws, with `hot` the set in force."""
+        for k, n in counts.items():
+            if k in hot:
+                self.collected[k] += 1
+            else:
+                self.cold[k] += n
+        self.since += 1
+
+    def drop(self) -> None:
+        self.cold, self.collected, self.since = Counter(), Counter(), 0
+
+    def read(self) -> Observation:
+        span = self.since
+        counts = {k: float(n) for k, n in self.cold.items()}
+        presence = {k: float(n) for k, n in self.collected.items()}
+        if presence:
+            ks = list(presence)
+            est = updates_from_presence(np.array([presence[k] for k in ks]), span, self.workers)
+            for k, e in zip(ks, est.tolist()):
+                counts[k] = counts.get(k, 0.0) + e
+        self.drop()
+        return Observation(counts, None, span, True, presence, self.workers)
+
+
+def drawn(stream: Workload, workers: int, iteration: int) -> Counter[int]:
+    """Every worker's draws of one iteration, pooled: key -> workers that drew it."""
+    counts: Counter[int] = Counter()
+    for w in range(workers):
+        counts.update(stream.pull_keys(w, iteration).tolist())
+    return counts
+
+
+def warmup_set(config: SimConfig) -> list[int]:
+    """The warm-up's hot set: the most updated keys of `warmup` undrifted iterations read
+    far away in the stream, at least one update per iteration, at most `hot_slots`."""
+    work = config.workload
+    warm = StreamOffset(ZipfWorkload(work.keys, work.skew, work.draws, seed=work.seed), 1_000_000)
+    seen: Counter[int] = Counter()
+    for t in range(1, config.warmup + 1):
+        seen.update(drawn(warm, work.workers, t))
+    return [k for k, n in seen.most_common(config.hot_slots) if n >= config.warmup]
+
+
+def online_loop(
+    settings: SimLoop, target: SimTarget, source: SimSource, budget: int
+) -> tuple[OnlineController, ChangeRateEstimator | RateEstimator]:
+    """The online loop of `dynamic` and `decay` (the others build it and never step it)."""
+    estimator: ChangeRateEstimator | RateEstimator
+    if settings.policy == "decay":
+        estimator = RateEstimator(settings.decay, first_full=settings.first_full)
+        margin = DECAY_MARGIN if settings.margin is None else settings.margin
+    else:
+        estimator = ChangeRateEstimator(settings.threshold, window=change_window(settings.every))
+        margin = MARGIN if settings.margin is None else settings.margin
+    policy = Hysteresis(
+        budget, margin, settings.max_changes, settings.min_rate, settings.confidence
+    )
+    return OnlineController(target, source, estimator, policy), estimator
+
+
+def simulate(config: SimConfig, *, trace: bool = False) -> dict[str, Any]:
     """One run (module doc). With `trace`, also per iteration the coverage, the expected
     oracle's share and the keys in force (`coverage_per_iteration`,
     `expected_oracle_per_iteration`, `hot_per_iteration`) and, for the
     online loops, per step what it leaves out of the expected oracle once its changes are in
     force (`steps`, missing_shares())."""
-    if policy not in POLICIES:
-        raise ValueError(f"policy {policy!r}: one of {', '.join(POLICIES)}")
-    if lag < 0:
-        raise ValueError(f"lag {lag} must be >= 0")
-    if not 0 <= phase < every:
-        raise ValueError(f"phase {phase} must be in [0, every={every})")
-    spec = DriftSpec.parse(drift)
-    wl = ZipfWorkload(keys, skew, draws, seed=seed, drift=spec)
-    warm = StreamOffset(ZipfWorkload(keys, skew, draws, seed=seed), 1_000_000)
-    seen: Counter[int] = Counter()
-    for t in range(1, warmup + 1):
-        for w in range(workers):
-            seen.update(warm.pull_keys(w, t).tolist())
-    initial = [k for k, n in seen.most_common(hot_slots) if n >= warmup]
+    work, settings, iterations = config.workload, config.loop, config.iterations
+    spec = DriftSpec.parse(work.drift)
+    wl = ZipfWorkload(work.keys, work.skew, work.draws, seed=work.seed, drift=spec)
+    initial = warmup_set(config)
     budget = len(initial)
     target = SimTarget(set(initial))
-    state = {"cold": Counter(), "collected": Counter(), "since": 0}
-
-    class Source:
-        def read(self) -> Observation:
-            span = state["since"]
-            counts = {k: float(n) for k, n in state["cold"].items()}
-            presence = {k: float(n) for k, n in state["collected"].items()}
-            if presence:
-                ks = list(presence)
-                est = updates_from_presence(np.array([presence[k] for k in ks]), span, workers)
-                for k, e in zip(ks, est.tolist()):
-                    counts[k] = counts.get(k, 0.0) + e
-            state["cold"], state["collected"], state["since"] = Counter(), Counter(), 0
-            return Observation(counts, None, span, True, presence, workers)
-
-    if policy == "decay":
-        estimator: ChangeRateEstimator | RateEstimator = RateEstimator(decay, first_full=first_full)
-        margin = DECAY_MARGIN if margin is None else margin
-    else:
-        estimator = ChangeRateEstimator(threshold, window=change_window(every))
-        margin = MARGIN if margin is None else margin
-    loop = OnlineController(
-        target,
-        Source(),
-        estimator,
-        Hysteresis(budget, margin, max_changes, min_rate, confidence),
-    )
-    bayes = LawAwareFilter(wl, spec, workers) if policy == "bayes" else None
+    source = SimSource(work.workers)
+    loop, estimator = online_loop(settings, target, source, budget)
+    bayes = LawAwareFilter(wl, spec, work.workers) if settings.policy == "bayes" else None
     pending: list[tuple[int, Changes]] = []
-    cov, hind, expd = [], [], []
+    cov: list[float] = []
+    hind: list[float] = []
+    expd: list[float] = []
     sizes: list[int] = []  # keys in force per iteration
-    steps: list[dict] = []
-    expected_rate = workers * wl.draw_probability(keys) if trace else None
+    steps: list[dict[str, Any]] = []
+    expected_rate = work.workers * wl.draw_probability(work.keys) if trace else None
     moved = 0
     for t in range(1, iterations + 1):
         while pending and pending[0][0] <= t:
             target.land(pending.pop(0)[1])
-        counts: Counter[int] = Counter()
-        for w in range(workers):
-            counts.update(wl.pull_keys(w, t).tolist())
+        counts = drawn(wl, work.workers, t)
         total = sum(counts.values())
         hot = target.keys
         sizes.append(len(hot))
         cov.append(sum(n for k, n in counts.items() if k in hot) / total)
         hind.append(sum(sorted(counts.values(), reverse=True)[:budget]) / total)
         expd.append(sum(counts.get(k, 0) for k in wl.hottest(budget, t).tolist()) / total)
-        for k, n in counts.items():
-            if k in hot:
-                state["collected"][k] += 1
-            else:
-                state["cold"][k] += n
-        state["since"] += 1
+        source.count(counts, hot)
         if bayes is not None:
             bayes.observe(counts)
-        if policy != "static" and t % every == phase:
-            before = target.current()
-            if policy in ("informed", "bayes"):  # read no counts: drop them, or they grow
-                state["cold"], state["collected"], state["since"] = Counter(), Counter(), 0
-                want = (
-                    bayes.best(budget) if bayes is not None else set(wl.hottest(budget, t).tolist())
+        if settings.policy == "static" or t % settings.every != settings.phase:
+            continue
+        before = target.current()
+        if settings.policy in ("informed", "bayes"):
+            source.drop()  # they read no counts: drop them, or they grow
+            want = bayes.best(budget) if bayes is not None else set(wl.hottest(budget, t).tolist())
+            ch = Changes(sorted(want - before), sorted(before - want))
+            target.apply(ch)
+        else:
+            r = loop.step()  # the record changes now, the switch's set when it lands
+            ch = Changes(r.added, r.removed)
+            in_force = t + 1 + settings.lag
+            if expected_rate is not None and in_force <= iterations:
+                kept = (before - set(ch.remove)) | set(ch.add)
+                ranked = wl.hottest(work.keys, in_force)
+                shares = missing_shares(
+                    kept, ranked, expected_rate, budget, estimator.rate, settings.min_rate
                 )
-                ch = Changes(sorted(want - before), sorted(before - want))
-                target.apply(ch)
-            else:
-                r = loop.step()  # the record changes now, the switch's set when it lands
-                ch = Changes(r.added, r.removed)
-                in_force = t + 1 + lag
-                if expected_rate is not None and in_force <= iterations:
-                    kept = (before - set(ch.remove)) | set(ch.add)
-                    ranked = wl.hottest(keys, in_force)
-                    shares = missing_shares(
-                        kept, ranked, expected_rate, budget, estimator.rate, min_rate
-                    )
-                    steps.append({"iteration": t, "in_force": in_force, **shares})
-            moved += len(ch.add) + len(ch.remove)
-            assert set(ch.remove) <= before
-            if lag:
-                pending.append((t + 1 + lag, ch))
-            else:
-                target.land(ch)
+                steps.append({"iteration": t, "in_force": in_force, **shares})
+        moved += len(ch.add) + len(ch.remove)
+        assert set(ch.remove) <= before
+        if settings.lag:
+            pending.append((t + 1 + settings.lag, ch))
+        else:
+            target.land(ch)
     c, h, e = float(np.mean(cov)), float(np.mean(hind)), float(np.mean(expd))
     per_iteration = (
         {
@@ -372,7 +434,7 @@ def epoch_profile(
     seeds: list[int],
     iterations: int = 100,
     lag: int = SWEEP_LAG,
-    every: int = HOTSET_EVERY["ps"],
+    every: int = HOTSET_EVERY[HotSetSource.PS],
 ) -> dict:
     """Coverage over the expected oracle by iteration since the drift's last epoch start,
     for the informed and the online loop at each step phase (seeds pooled: the sum of
@@ -393,10 +455,8 @@ def epoch_profile(
             cov, exp = np.zeros(period), np.zeros(period)
             missing, n_steps = np.zeros((len(kinds), period)), np.zeros(period)
             for seed in seeds:
-                run = simulate(
-                    drift, seed, iterations, every=every, lag=lag, phase=phase, policy=policy,
-                    trace=True,
-                )  # fmt: skip
+                loop = SimLoop(policy=policy, every=every, phase=phase, lag=lag)
+                run = simulate(SimConfig(SimWorkload(drift, seed), loop, iterations), trace=True)
                 got, best = epoch_offset_sums(
                     run["coverage_per_iteration"], run["expected_oracle_per_iteration"], period
                 )
@@ -487,7 +547,7 @@ def sweep(
     seeds: list[int],
     lag: int = SWEEP_LAG,
     iterations: int = 100,
-    every: int = HOTSET_EVERY["ps"],
+    every: int = HOTSET_EVERY[HotSetSource.PS],
 ) -> list[dict]:
     """Every policy at every drift of SWEEP_DRIFTS (and none), one row per run: the drift,
     its turnover, the policy, seed, lag and step phase, and simulate()'s result. The loops
@@ -503,9 +563,8 @@ def sweep(
             phases = range(every) if policy != "static" else range(1)
             start = len(rows)
             for seed, phase in itertools.product(seeds, phases):
-                res = simulate(
-                    drift, seed, iterations, every=every, lag=lag, phase=phase, policy=policy
-                )
+                loop = SimLoop(policy=policy, every=every, phase=phase, lag=lag)
+                res = simulate(SimConfig(SimWorkload(drift, seed), loop, iterations))
                 rows.append(
                     {
                         "drift": drift,
@@ -586,25 +645,32 @@ def plot_sweep(path: Path, rows: list[dict]) -> None:
 
 
 def settings_grid(
-    seeds: list[int], drifts: list[str | None], full: bool, every: int = HOTSET_EVERY["ps"]
+    seeds: list[int],
+    drifts: list[str | None],
+    full: bool,
+    every: int = HOTSET_EVERY[HotSetSource.PS],
 ) -> list[dict]:
     """Static per drift and seed, then the dynamic loop (mean over seeds) at each setting of
     the grid (`full`) or at the defaults; printed as they come, the static rows last."""
-    grid = {
-        "threshold": [5.0, 7.0, 9.0],
-        "margin": [0.3, 0.6, 1.0],
-        "min_rate": [0.5, 1.0],
-        "lag": [0, 1],
+    grid: dict[str, tuple[float, ...]] = {  # SimLoop's fields
+        "threshold": (5.0, 7.0, 9.0),
+        "margin": (0.3, 0.6, 1.0),
+        "min_rate": (0.5, 1.0),
+        "lag": (0, 1),
     }
-    rows = []
-    combos = [dict(zip(grid, v)) for v in itertools.product(*grid.values())] if full else [{}]
+    rows: list[dict[str, Any]] = []
+    combos: list[dict[str, Any]] = (
+        [dict(zip(grid, v)) for v in itertools.product(*grid.values())] if full else [{}]
+    )
+    static = SimLoop(policy="static", every=every)
     for drift in drifts:
         for s in seeds:
-            static = simulate(drift, s, every=every, policy="static")
-            rows.append({"drift": drift, "seed": s, "mode": "static", **static})
+            run = simulate(SimConfig(SimWorkload(drift, s), static))
+            rows.append({"drift": drift, "seed": s, "mode": "static", **run})
     for combo in combos:
+        loop = SimLoop(every=every, **combo)
         for drift in drifts:
-            res = [simulate(drift, s, every=every, **combo) for s in seeds]
+            res = [simulate(SimConfig(SimWorkload(drift, s), loop)) for s in seeds]
             row = {"drift": drift, "mode": "dynamic", **combo}
             for name in ("coverage", "ratio", "ratio_expected", "keys_moved"):
                 row[name] = round(float(np.mean([r[name] for r in res])), 4)
@@ -639,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--every",
         type=int,
-        default=HOTSET_EVERY["ps"],
+        default=HOTSET_EVERY[HotSetSource.PS],
         help="iterations between the loops' steps (default: make run's)",
     )
     p.add_argument(

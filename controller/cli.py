@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -265,22 +265,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_global_options(p, after_command=False)
     nouns = p.add_subparsers(dest="noun", required=True, metavar="NOUN")
-
-    def verbs(name: str, help_: str) -> argparse._SubParsersAction:
-        return nouns.add_parser(name, help=help_).add_subparsers(
+    for noun, help_, add_verbs in NOUNS:
+        verbs = nouns.add_parser(noun, help=help_).add_subparsers(
             dest="verb", required=True, metavar="VERB"
         )
+        add_verbs(verbs)
+    for command in subcommands(p):
+        add_global_options(command, after_command=True)
+    return p
 
-    pipe = verbs("pipeline", "forwarding pipeline config")
-    push = pipe.add_parser("push", help="SetForwardingPipelineConfig with --p4info")
+
+# One function per noun: it adds the noun's verbs (argparse's subparsers action) with their
+# options and the controller.commands function each runs.
+
+
+def _add_pipeline_verbs(verbs: argparse._SubParsersAction) -> None:
+    push = verbs.add_parser("push", help="SetForwardingPipelineConfig with --p4info")
     push.add_argument("--bmv2-json", type=Path, help="BMv2 JSON to send as p4_device_config")
     push.set_defaults(func=commands.pipeline_push)
-    pipe.add_parser("show", help="the switch's P4Info, checked against --p4info").set_defaults(
+    verbs.add_parser("show", help="the switch's P4Info, checked against --p4info").set_defaults(
         func=commands.pipeline_show
     )
 
-    fwd = verbs("forwarding", "ipv4_lpm routes")
-    inst = fwd.add_parser("install", help="routes of one switch from a topology.json")
+
+def _add_forwarding_verbs(verbs: argparse._SubParsersAction) -> None:
+    inst = verbs.add_parser("install", help="routes of one switch from a topology.json")
     inst.add_argument(
         "--topo", type=Path, required=True, metavar="FILE", help="topology.json, or star:N ..."
     )
@@ -288,23 +297,25 @@ def build_parser() -> argparse.ArgumentParser:
     inst.add_argument("--replace", action="store_true", help="also delete other routes")
     inst.add_argument("--dry-run", action="store_true", help="print the routes only")
     inst.set_defaults(func=commands.forwarding_install)
-    fwd.add_parser("list", help="installed routes").set_defaults(func=commands.forwarding_list)
+    verbs.add_parser("list", help="installed routes").set_defaults(func=commands.forwarding_list)
 
-    job = verbs("job", "jobs table")
-    add = job.add_parser("add", help="add a job with its own slot range")
+
+def _add_job_verbs(verbs: argparse._SubParsersAction) -> None:
+    add = verbs.add_parser("add", help="add a job with its own slot range")
     add.add_argument("--job-id", type=job_id, required=True, metavar="ID")
     add.add_argument("--slots", type=positive, required=True, metavar="N", help="slot count")
     add.add_argument(
         "--slot-base", type=slot_base, metavar="N", help="first slot (default: first fit)"
     )
     add.set_defaults(func=commands.job_add)
-    rm = job.add_parser("remove", help="remove a job and its hot keys")
+    rm = verbs.add_parser("remove", help="remove a job and its hot keys")
     rm.add_argument("--job-id", type=job_id, required=True, metavar="ID")
     rm.set_defaults(func=commands.job_remove)
-    job.add_parser("list", help="configured jobs").set_defaults(func=commands.job_list)
+    verbs.add_parser("list", help="configured jobs").set_defaults(func=commands.job_list)
 
-    ten = verbs("tenancy", "which (port, address) may act for a job's workers and PS")
-    ti = ten.add_parser("install", help="admit a job's workers and PS from a topology.json")
+
+def _add_tenancy_verbs(verbs: argparse._SubParsersAction) -> None:
+    ti = verbs.add_parser("install", help="admit a job's workers and PS from a topology.json")
     ti.add_argument(
         "--topo", type=Path, required=True, metavar="FILE", help="topology.json, or star:N ..."
     )
@@ -321,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("admit", "admit one (port, address) for a worker or the PS", commands.tenancy_admit),
         ("revoke", "revoke one admission", commands.tenancy_revoke),
     ):
-        one = ten.add_parser(verb, help=help_)
+        one = verbs.add_parser(verb, help=help_)
         one.add_argument("--job-id", type=job_id, required=True, metavar="ID")
         who = one.add_mutually_exclusive_group(required=True)
         who.add_argument("--worker-id", type=worker_id, metavar="N")
@@ -329,15 +340,33 @@ def build_parser() -> argparse.ArgumentParser:
         one.add_argument("--port", type=port, required=True, help="switch ingress port")
         one.add_argument("--addr", required=True, metavar="IPV4", help="source address")
         one.set_defaults(func=func)
-    tl = ten.add_parser("list", help="admissions (of one job)")
+    tl = verbs.add_parser("list", help="admissions (of one job)")
     tl.add_argument("--job-id", type=job_id, metavar="ID")
     tl.set_defaults(func=commands.tenancy_list)
-    tc = ten.add_parser("clear", help="revoke every admission (of one job)")
+    tc = verbs.add_parser("clear", help="revoke every admission (of one job)")
     tc.add_argument("--job-id", type=job_id, metavar="ID")
     tc.set_defaults(func=commands.tenancy_clear)
 
-    hk = verbs("hotkeys", "hot-key tables (all 8 instances)")
-    hi = hk.add_parser("install", help="make keys hot (from --keys or from --stats)")
+
+def _add_hotkeys_verbs(verbs: argparse._SubParsersAction) -> None:
+    _add_hotkeys_install(verbs)
+    for verb, help_ in (("list", "hot keys with offsets and hits"), ("show", "same as list")):
+        ls = verbs.add_parser(verb, help=help_)
+        ls.add_argument("--job-id", type=job_id, metavar="ID")
+        ls.add_argument("--keys", type=key_list, help="only these keys")
+        ls.set_defaults(func=commands.hotkeys_list)
+    _add_hotkeys_auto(verbs)
+    ev = verbs.add_parser("evict", help="remove keys from all instances")
+    ev.add_argument("--job-id", type=job_id, required=True, metavar="ID")
+    ev.add_argument("--keys", type=key_list, required=True)
+    ev.set_defaults(func=commands.hotkeys_evict)
+    cl = verbs.add_parser("clear", help="remove every hot key (of one job)")
+    cl.add_argument("--job-id", type=job_id, metavar="ID")
+    cl.set_defaults(func=commands.hotkeys_clear)
+
+
+def _add_hotkeys_install(verbs: argparse._SubParsersAction) -> None:
+    hi = verbs.add_parser("install", help="make keys hot (from --keys or from --stats)")
     hi.add_argument("--job-id", type=job_id, required=True, metavar="ID")
     src = hi.add_mutually_exclusive_group(required=True)
     src.add_argument("--keys", type=key_list, help="1,2,0x3 ... or '-' for stdin")
@@ -365,12 +394,10 @@ def build_parser() -> argparse.ArgumentParser:
     hi.add_argument("--replace", action="store_true", help="evict the job's other hot keys")
     hi.add_argument("--dry-run", action="store_true", help="choose and print, write nothing")
     hi.set_defaults(func=commands.hotkeys_install)
-    for verb, help_ in (("list", "hot keys with offsets and hits"), ("show", "same as list")):
-        ls = hk.add_parser(verb, help=help_)
-        ls.add_argument("--job-id", type=job_id, metavar="ID")
-        ls.add_argument("--keys", type=key_list, help="only these keys")
-        ls.set_defaults(func=commands.hotkeys_list)
-    au = hk.add_parser(
+
+
+def _add_hotkeys_auto(verbs: argparse._SubParsersAction) -> None:
+    au = verbs.add_parser(
         "auto",
         help="follow the skew: re-select the hot set every interval (controller/online/)",
         description="Every --interval seconds: read the hot keys' hit counters (and the PS's "
@@ -387,6 +414,16 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument(
         "--interval", type=seconds, default=1.0, metavar="S", help="seconds between steps"
     )
+    _add_auto_estimator_options(au)
+    _add_auto_policy_options(au)
+    _add_auto_measurement_options(au)
+    au.add_argument("--steps", type=positive, metavar="N", help="stop after N steps")
+    au.add_argument("--log", type=Path, metavar="FILE", help="also append each step's line here")
+    au.set_defaults(func=commands.hotkeys_auto)
+
+
+def _add_auto_estimator_options(au: argparse.ArgumentParser) -> None:
+    """hotkeys auto: how a key's rate is estimated (controller/online/estimators.py)."""
     au.add_argument(
         "--change-threshold",
         type=change_threshold,
@@ -402,6 +439,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="estimate rates with exponential decay instead, D the weight of the past rate "
         f"per step, in [0, 1) (default: off; {estimators.DECAY} goes with --hysteresis 1)",
     )
+
+
+def _add_auto_policy_options(au: argparse.ArgumentParser) -> None:
+    """hotkeys auto: which keys a step changes (controller/online/policy.py)."""
     au.add_argument(
         "--hysteresis",
         type=nonnegative_float,
@@ -434,6 +475,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="R",
         help="updates per iteration (per step without --freq) a key needs to enter",
     )
+
+
+def _add_auto_measurement_options(au: argparse.ArgumentParser) -> None:
+    """hotkeys auto: where the keys' counts come from besides the hot keys' hit counters."""
     au.add_argument(
         "--freq",
         type=Path,
@@ -459,39 +504,42 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="W",
         help="updates per hot-key table hit (a hot key's pull and push both hit: 0.5)",
     )
-    au.add_argument("--steps", type=positive, metavar="N", help="stop after N steps")
-    au.add_argument("--log", type=Path, metavar="FILE", help="also append each step's line here")
-    au.set_defaults(func=commands.hotkeys_auto)
-    ev = hk.add_parser("evict", help="remove keys from all instances")
-    ev.add_argument("--job-id", type=job_id, required=True, metavar="ID")
-    ev.add_argument("--keys", type=key_list, required=True)
-    ev.set_defaults(func=commands.hotkeys_evict)
-    cl = hk.add_parser("clear", help="remove every hot key (of one job)")
-    cl.add_argument("--job-id", type=job_id, metavar="ID")
-    cl.set_defaults(func=commands.hotkeys_clear)
 
-    ctr = verbs("counters", "direct counters of the hot-key tables")
-    cs = ctr.add_parser("show", help="hits per hot key and per table instance")
+
+def _add_counters_verbs(verbs: argparse._SubParsersAction) -> None:
+    cs = verbs.add_parser("show", help="hits per hot key and per table instance")
     cs.add_argument("--job-id", type=job_id, metavar="ID")
     cs.add_argument("--top", type=positive, default=20, help="keys to show (default 20)")
     cs.set_defaults(func=commands.counters_show)
 
-    st = verbs("stats", "the switch's stats counter")
-    ss = st.add_parser("show", help="cells by name")
+
+def _add_stats_verbs(verbs: argparse._SubParsersAction) -> None:
+    ss = verbs.add_parser("show", help="cells by name")
     ss.add_argument("--all", action="store_true", help="also cells that are 0")
     ss.set_defaults(func=commands.stats_show)
-    st.add_parser("clear", help="zero every cell").set_defaults(func=commands.stats_clear)
+    verbs.add_parser("clear", help="zero every cell").set_defaults(func=commands.stats_clear)
 
-    loss = verbs("loss", "the data-plane drop simulator")
-    ls_ = loss.add_parser("set", help="drop hotagg packets with this probability")
+
+def _add_loss_verbs(verbs: argparse._SubParsersAction) -> None:
+    ls_ = verbs.add_parser("set", help="drop hotagg packets with this probability")
     ls_.add_argument("probability", type=fraction)
     ls_.set_defaults(func=commands.loss_set)
-    loss.add_parser("show", help="the current drop probability").set_defaults(
+    verbs.add_parser("show", help="the current drop probability").set_defaults(
         func=commands.loss_show
     )
-    for command in subcommands(p):
-        add_global_options(command, after_command=True)
-    return p
+
+
+# The nouns in the order --help lists them: name, help, the function that adds its verbs.
+NOUNS: tuple[tuple[str, str, Callable[[argparse._SubParsersAction], None]], ...] = (
+    ("pipeline", "forwarding pipeline config", _add_pipeline_verbs),
+    ("forwarding", "ipv4_lpm routes", _add_forwarding_verbs),
+    ("job", "jobs table", _add_job_verbs),
+    ("tenancy", "which (port, address) may act for a job's workers and PS", _add_tenancy_verbs),
+    ("hotkeys", "hot-key tables (all 8 instances)", _add_hotkeys_verbs),
+    ("counters", "direct counters of the hot-key tables", _add_counters_verbs),
+    ("stats", "the switch's stats counter", _add_stats_verbs),
+    ("loss", "the data-plane drop simulator", _add_loss_verbs),
+)
 
 
 def subcommands(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:

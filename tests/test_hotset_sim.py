@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from bench import hotset_sim
+from bench.hotset_sim import SimConfig, SimLoop, SimWorkload
 from hosts.workloads import DriftSpec, ZipfWorkload
 
 
@@ -19,7 +20,11 @@ def test_the_informed_loop_bounds_the_online_one_and_static_trails_under_drift()
     # static never moves), not this seed's luck.
     runs = {
         policy: hotset_sim.simulate(
-            "every=10,fraction=0.2", seed=7, iterations=40, lag=hotset_sim.SWEEP_LAG, policy=policy
+            SimConfig(
+                SimWorkload("every=10,fraction=0.2", seed=7),
+                SimLoop(policy=policy, lag=hotset_sim.SWEEP_LAG),
+                iterations=40,
+            )
         )
         for policy in hotset_sim.POLICIES
     }
@@ -34,9 +39,8 @@ def test_the_informed_loop_bounds_the_online_one_and_static_trails_under_drift()
 def _informed_in_force(drift: str, seed: int, iterations: int, every: int, lag: int):
     """An informed run, and per iteration t from 4 on: its coverage, and what the expected
     oracle of `stepped(t)` (the iteration whose step is in force at t) covers of t."""
-    run = hotset_sim.simulate(
-        drift, seed, iterations, lag=lag, every=every, policy="informed", trace=True
-    )
+    loop = SimLoop(policy="informed", every=every, lag=lag)
+    run = hotset_sim.simulate(SimConfig(SimWorkload(drift, seed), loop, iterations), trace=True)
     wl = ZipfWorkload(100_000, 1.1, 256, seed=seed, drift=DriftSpec.parse(drift))
 
     def covered(t: int, stepped: int) -> float:
@@ -66,13 +70,11 @@ def test_a_loop_stepping_after_odd_iterations_reads_each_epoch_start_inside_a_st
     # new head one iteration sooner at phase 1.
     runs = {
         phase: hotset_sim.simulate(
-            "every=10,fraction=0.2",
-            seed=7,
-            iterations=40,
-            every=2,
-            lag=1,
-            phase=phase,
-            policy="informed",
+            SimConfig(
+                SimWorkload("every=10,fraction=0.2", seed=7),
+                SimLoop(policy="informed", every=2, phase=phase, lag=1),
+                iterations=40,
+            ),
             trace=True,
         )
         for phase in (0, 1)
@@ -104,11 +106,11 @@ def test_the_bayes_filter_finds_the_new_head_from_one_iteration_of_counts() -> N
 
 def test_an_unknown_policy_a_negative_lag_or_a_phase_past_the_step_is_refused() -> None:
     with pytest.raises(ValueError, match="policy 'oracle'"):
-        hotset_sim.simulate(None, seed=1, iterations=2, policy="oracle")
+        SimLoop(policy="oracle")
     with pytest.raises(ValueError, match="lag -1 must be"):
-        hotset_sim.simulate(None, seed=1, iterations=2, lag=-1)
+        SimLoop(lag=-1)
     with pytest.raises(ValueError, match="phase 2 must be in"):
-        hotset_sim.simulate(None, seed=1, iterations=2, every=2, phase=2)
+        SimLoop(every=2, phase=2)
 
 
 def test_a_step_chooses_from_the_loops_record_while_earlier_writes_are_in_flight() -> None:
@@ -217,3 +219,12 @@ def test_a_profile_shorter_than_two_epochs_says_which_offsets_it_never_saw(
     for row in profile["rows"]:  # iterations 11-14 are offsets 0-3 of the second epoch
         assert [v is None for v in row["ratio_by_offset"]] == [False] * 4 + [True] * 6
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_a_config_replays_the_same_run_and_its_seed_decides_the_draws() -> None:
+    # A frozen SimConfig is the whole input: the run is seeded by it alone.
+    config = SimConfig(SimWorkload("every=5,fraction=0.3", seed=4), iterations=10)
+    run = hotset_sim.simulate(config, trace=True)
+    assert hotset_sim.simulate(config, trace=True) == run
+    other = SimConfig(SimWorkload("every=5,fraction=0.3", seed=5), iterations=10)
+    assert hotset_sim.simulate(other, trace=True) != run
