@@ -240,8 +240,8 @@ def verdict(samples: list[_Sample], links: list[LinkProbe]) -> dict[str, Any]:
         # A link that is not a PS's set the pace (the spine into the PS's leaf, say).
         bottleneck = link_regime(busiest_link)
         why = (
-            f"the link {busiest_link} ran at {busiest_util:.0%} of its rate (the PS link at "
-            f"{ps_util:.0%}){busy_too}"
+            f"the link {busiest_link} ran at {busiest_util:.0%} of its rate, the PS link at "
+            f"{ps_util:.0%}{busy_too}"
         )
     elif cpu_high >= CPU_BUSY:
         # Our processes' share tells a saturated run from a machine busy with other work.

@@ -75,7 +75,7 @@ def test_a_busier_worker_link_is_named_not_taken_for_the_ps_link() -> None:
     v = verdict(samples(4.0, 0.5, 0.3, ps_link_mbps=6.0, worker_link_mbps=9.0), LINKS)
     assert v["bottleneck"] == "link:h1-s1" and v["faithful"] is False
     assert v["busiest_link"] == "h1-s1" and v["busiest_link_utilization"] == pytest.approx(0.9)
-    assert "the link h1-s1 ran at 90% of its rate (the PS link at 60%)" in v["why"]
+    assert "the link h1-s1 ran at 90% of its rate, the PS link at 60%" in v["why"]
     # busier than the PS link but not saturated: nothing set the pace, and the why names it
     v = verdict(samples(4.0, 0.5, 0.3, ps_link_mbps=4.0, worker_link_mbps=7.0), LINKS)
     assert v["bottleneck"] == "none" and "busiest link h1-s1 70%" in v["why"]
