@@ -11,12 +11,15 @@ a phase ran and says which resource limited it:
   Mbit/s and as a share of the configured rate, and the packets its shaper dropped;
 - the links into the parameter servers, whose utilisation says whether they were the
   bottleneck, as they are in the systems hotagg emulates (README, "Why the links are
-  10 Mbit/s").
+  10 Mbit/s"), and each direction of every link ("<sender>-<receiver>",
+  experiment/schema.py directed_link), so that a saturated link elsewhere is named.
 
 The rules, in order (thresholds below):
 
 1. `ps_link`: a PS link, the busiest link, ran at >= 80% of its rate in one direction: the
-   link set the pace, whatever else was busy (the emulated regime).
+   link set the pace, whatever else was busy (the emulated regime). `link:<direction>`
+   (`link:s5-s1`): another link was the busiest and ran at >= 80% of its rate in that
+   direction.
 2. `cpu`: the cores were busy for >= 90% of the phase: processes waited for a core, so
    times measure the machine's scheduling, not the network. The details say how much of
    that was this run's own processes, and how long each waited for a core (schedstat).
@@ -25,9 +28,11 @@ The rules, in order (thresholds below):
 4. `ps_link`: the busiest link is a PS link at >= 50% of its rate.
 5. `none`: nothing was saturated (the phase waited on timeouts or on the agents' own work).
 
-A phase is faithful when its bottleneck is `ps_link`. Averages over a whole phase hide short
-saturation, so the CPU and link shares are also taken over every SAMPLE_SECONDS window and
-the verdict reads the 90th percentile of the windows.
+A phase is faithful when its bottleneck is `ps_link`, or `link:<direction>` where the
+model (experiment/model.py) names that direction as the mode's bottleneck too (is_faithful;
+summarize() knows the model, a phase's own verdict does not). Averages over a whole phase
+hide short saturation, so the CPU and link shares are also taken over every SAMPLE_SECONDS
+window and the verdict reads the 90th percentile of the windows.
 """
 
 from __future__ import annotations
@@ -42,13 +47,15 @@ from typing import Any
 
 import numpy as np
 
-from experiment.schema import Fidelity
+from experiment.schema import Fidelity, directed_link
 
 SAMPLE_SECONDS = 0.25
 CPU_BUSY = 0.90  # of all cores: the machine is the bottleneck
 SWITCH_BUSY = 0.90  # of one core: the switch process is the bottleneck
-PS_LINK_SATURATED = 0.80  # of the configured rate: the PS link set the pace, whatever else
+LINK_SATURATED = 0.80  # of the configured rate: the busiest link set the pace, whatever else
+PS_LINK_SATURATED = LINK_SATURATED  # what BW=auto asks of the PS link
 PS_LINK_BUSY = 0.50  # of the configured rate: the PS link is the busiest resource
+LINK_REGIME = "link:"  # + a directed link: the regime of a saturated link other than a PS's
 WINDOW_PERCENTILE = 90
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -57,10 +64,34 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 class LinkProbe:
     """A link, seen from its switch-side interface (in the root namespace)."""
 
-    name: str  # "h5-s1" or "s1-s3"
+    name: str  # the topology's "<node1>-<node2>": "h5-s1" or "s1-s3"
     ifname: str
     mbps: float | None  # configured rate; None = unlimited
     to_ps: bool = False  # a link into a parameter server
+    at: str = ""  # the node `ifname` belongs to; "" for node2 (a host link's switch)
+
+    def directions(self) -> tuple[str, str] | None:
+        """(sent, received): the directed links the interface sends and receives on; None
+        for a name that is not two nodes."""
+        ends = self.name.split("-")
+        if len(ends) != 2:
+            return None
+        at = self.at or ends[1]
+        other = ends[0] if at == ends[1] else ends[1]
+        return directed_link(at, other), directed_link(other, at)
+
+
+def link_regime(direction: str) -> str:
+    """The bottleneck of a phase a link other than a PS's saturated: "link:s5-s1"."""
+    return LINK_REGIME + direction
+
+
+def is_faithful(bottleneck: str, model_bottleneck: str | None = None) -> bool:
+    """Whether a phase's numbers are about the network the model describes: a PS link set
+    the pace, or the link the model names as the mode's bottleneck did."""
+    if bottleneck == "ps_link":
+        return True
+    return model_bottleneck is not None and bottleneck == link_regime(model_bottleneck)
 
 
 def _machine_jiffies() -> tuple[int, int]:
@@ -169,11 +200,8 @@ def verdict(samples: list[_Sample], links: list[LinkProbe]) -> dict[str, Any]:
         busy, total = b.machine[0] - a.machine[0], b.machine[1] - a.machine[1]
         return busy / total if total else 0.0
 
-    def high(values: list[float]) -> float:
-        return float(np.percentile(values, WINDOW_PERCENTILE)) if values else 0.0
-
     cpu_mean = machine_busy(first, last)
-    cpu_high = high([machine_busy(a, b) for a, b in windows])
+    cpu_high = _high([machine_busy(a, b) for a, b in windows])
     processes: dict[str, dict[str, Any]] = {}
     for label in first.procs:
         # A worker exits when its iterations are done, before the phase's last sample (and
@@ -185,54 +213,36 @@ def verdict(samples: list[_Sample], links: list[LinkProbe]) -> dict[str, Any]:
         peaks = [_share(a.procs[label], b.procs[label], b.t - a.t) for a, b in windows]
         processes[label] = {
             "cpu_mean": None if used is None else round(used, 3),
-            "cpu_p90": round(high([p for p in peaks if p is not None]), 3),
+            "cpu_p90": round(_high([p for p in peaks if p is not None]), 3),
             # Share of the phase it was runnable but waiting for a core.
             "runqueue_wait": round((waits[-1] - waits[0]) / 1e9 / seconds, 3)
             if len(waits) > 1 and seconds
             else None,
         }
-    link_rows = []
-    for probe in links:
-        rx0, tx0, drop0 = first.links[probe.name]
-        rx1, tx1, drop1 = last.links[probe.name]
-        row: dict[str, Any] = {
-            "link": probe.name,
-            "configured_mbps": probe.mbps,
-            # The switch-side interface sends toward the host end and receives from it.
-            "to_host_mbps": round((tx1 - tx0) * 8 / seconds / 1e6, 3) if seconds else 0.0,
-            "from_host_mbps": round((rx1 - rx0) * 8 / seconds / 1e6, 3) if seconds else 0.0,
-            "rx_dropped": drop1 - drop0,
-            "to_ps": probe.to_ps,
-        }
-        if probe.mbps:
-            per_window = [
-                max(b.links[probe.name][i] - a.links[probe.name][i] for i in (0, 1))
-                * 8
-                / (b.t - a.t)
-                / 1e6
-                / probe.mbps
-                for a, b in windows
-            ]
-            peak_mean = max(row["to_host_mbps"], row["from_host_mbps"]) / probe.mbps
-            row["utilization_mean"] = round(peak_mean, 3)
-            row["utilization_p90"] = round(high(per_window), 3)
-        link_rows.append(row)
-
+    link_rows = [_link_row(probe, first, last, windows, seconds) for probe in links]
     switch_busy = max(
         (p["cpu_p90"] for label, p in processes.items() if label.startswith("switch")),
         default=0.0,
     )
     shaped = [r for r in link_rows if "utilization_p90" in r]
     busiest = max(shaped, key=lambda r: r["utilization_p90"], default=None)
+    busiest_util = busiest["utilization_p90"] if busiest is not None else 0.0
+    busiest_link = _busier_direction(busiest) if busiest is not None else None
     ps_links = [r for r in shaped if r["to_ps"]]
     ps_util = max((r["utilization_p90"] for r in ps_links), default=0.0)
     ours = sum(p["cpu_mean"] or 0.0 for p in processes.values())
     run_waits = [p["runqueue_wait"] for p in processes.values() if p["runqueue_wait"] is not None]
     ps_is_busiest = busiest is not None and busiest["to_ps"]
-    if ps_is_busiest and ps_util >= PS_LINK_SATURATED:
-        bottleneck, why = "ps_link", f"the PS link ran at {ps_util:.0%} of its rate"
-        if cpu_high >= CPU_BUSY:
-            why += f" (the cores were {cpu_high:.0%} busy too)"
+    busy_too = f" (the cores were {cpu_high:.0%} busy too)" if cpu_high >= CPU_BUSY else ""
+    if ps_is_busiest and ps_util >= LINK_SATURATED:
+        bottleneck, why = "ps_link", f"the PS link ran at {ps_util:.0%} of its rate{busy_too}"
+    elif busiest_link is not None and busiest_util >= LINK_SATURATED:
+        # A link that is not a PS's set the pace (the spine into the PS's leaf, say).
+        bottleneck = link_regime(busiest_link)
+        why = (
+            f"the link {busiest_link} ran at {busiest_util:.0%} of its rate, the PS link at "
+            f"{ps_util:.0%}{busy_too}"
+        )
     elif cpu_high >= CPU_BUSY:
         # Our processes' share tells a saturated run from a machine busy with other work.
         bottleneck = "cpu"
@@ -250,18 +260,26 @@ def verdict(samples: list[_Sample], links: list[LinkProbe]) -> dict[str, Any]:
         if not shaped:
             why = "no link has a rate (unlimited links), and neither CPU nor switch saturated"
         else:
+            elsewhere = (
+                f"busiest link {busiest_link} {busiest_util:.0%}, "
+                if busiest_link is not None and not ps_is_busiest
+                else ""
+            )
             why = (
-                f"nothing saturated: PS link {ps_util:.0%} of its rate, cores {cpu_high:.0%}, "
-                f"switch {switch_busy:.0%} of a core"
+                f"nothing saturated: {elsewhere}PS link {ps_util:.0%} of its rate, cores "
+                f"{cpu_high:.0%}, switch {switch_busy:.0%} of a core"
             )
     return {
-        "faithful": bottleneck == "ps_link",
+        "faithful": is_faithful(bottleneck),  # summarize() judges link: regimes by the model
         "bottleneck": bottleneck,
         "why": why,
         "seconds": round(seconds, 3),
         "machine_cpu_busy_mean": round(cpu_mean, 3),
         "machine_cpu_busy_p90": round(cpu_high, 3),
         "ps_link_utilization": round(ps_util, 3),  # p90 of windows, the busiest PS link
+        # the busiest direction of the busiest link (None: no link has a rate), p90
+        "busiest_link": busiest_link,
+        "busiest_link_utilization": round(busiest_util, 3),
         "run_processes_cores": round(ours, 3),
         "cores": os.cpu_count(),
         "processes": processes,
@@ -270,21 +288,108 @@ def verdict(samples: list[_Sample], links: list[LinkProbe]) -> dict[str, Any]:
     }
 
 
-def summarize(phases: Mapping[str, dict[str, Any]]) -> Fidelity:
-    """The run's fidelity block: faithful when every measured phase was; the bottleneck of
-    each phase; the details as measured."""
-    unfaithful = {name: v for name, v in phases.items() if not v["faithful"]}
-    bottlenecks = {name: v["bottleneck"] for name, v in phases.items()}
+def _link_row(
+    probe: LinkProbe,
+    first: _Sample,
+    last: _Sample,
+    windows: list[tuple[_Sample, _Sample]],
+    seconds: float,
+) -> dict[str, Any]:
+    """A link's bytes and rates over the phase, each way, and its utilisation (p90 of the
+    windows, the busier direction of each window)."""
+    rx0, tx0, drop0 = first.links[probe.name]
+    rx1, tx1, drop1 = last.links[probe.name]
+
+    def mbps(n_bytes: int) -> float:
+        return round(n_bytes * 8 / seconds / 1e6, 3) if seconds else 0.0
+
+    row: dict[str, Any] = {
+        "link": probe.name,
+        "configured_mbps": probe.mbps,
+        # The interface at `probe.at` sends toward the other end and receives from it.
+        "to_host_mbps": mbps(tx1 - tx0),
+        "from_host_mbps": mbps(rx1 - rx0),
+        "rx_dropped": drop1 - drop0,
+        "to_ps": probe.to_ps,
+    }
+    directions = probe.directions()
+    if directions is not None:
+        row["directions"] = {
+            name: {"bytes": n, "mbps": mbps(n)}
+            for name, n in zip(directions, (tx1 - tx0, rx1 - rx0))
+        }
+    if probe.mbps:
+        rate = probe.mbps
+
+        def share(a: _Sample, b: _Sample, i: int) -> float:
+            return (b.links[probe.name][i] - a.links[probe.name][i]) * 8 / (b.t - a.t) / 1e6 / rate
+
+        per_window = [max(share(a, b, 0), share(a, b, 1)) for a, b in windows]
+        peak_mean = max(row["to_host_mbps"], row["from_host_mbps"]) / rate
+        row["utilization_mean"] = round(peak_mean, 3)
+        row["utilization_p90"] = round(_high(per_window), 3)
+        if directions is not None:
+            sent, received = directions
+            row["directions"][sent]["utilization_p90"] = round(
+                _high([share(a, b, 1) for a, b in windows]), 3
+            )
+            row["directions"][received]["utilization_p90"] = round(
+                _high([share(a, b, 0) for a, b in windows]), 3
+            )
+    return row
+
+
+def _high(values: list[float]) -> float:
+    """The WINDOW_PERCENTILE of the windows' values (0 without windows)."""
+    return float(np.percentile(values, WINDOW_PERCENTILE)) if values else 0.0
+
+
+def _busier_direction(row: dict[str, Any]) -> str:
+    """The direction of a link row that ran the busier (its name where it has none)."""
+    directions = row.get("directions") or {}
+    return max(
+        directions, key=lambda d: directions[d].get("utilization_p90", 0.0), default=row["link"]
+    )
+
+
+def summarize(
+    phases: Mapping[str, dict[str, Any]], model_bottlenecks: Mapping[str, str] | None = None
+) -> Fidelity:
+    """The run's fidelity block: faithful when every measured phase was (is_faithful, with
+    the model's bottleneck link of the phase's mode, `model_bottlenecks`: phase -> directed
+    link); the bottleneck of each phase; the details as measured, with that judgement."""
+    expected = dict(model_bottlenecks or {})
+    details = {
+        name: {
+            **v,
+            "faithful": is_faithful(v["bottleneck"], expected.get(name)),
+            "model_bottleneck": expected.get(name),
+        }
+        for name, v in phases.items()
+    }
+    unfaithful = {name: v for name, v in details.items() if not v["faithful"]}
+    bottlenecks = {name: v["bottleneck"] for name, v in details.items()}
     kinds = set(bottlenecks.values())
+    elsewhere = [
+        f"{name}: {v['bottleneck']} ({v['why']}; the model's bottleneck: "
+        f"{v['model_bottleneck'] or 'none, no bound'})"
+        for name, v in unfaithful.items()
+        if v["bottleneck"].startswith(LINK_REGIME)
+    ]
+    machine = [
+        f"{name}: {v['bottleneck']} ({v['why']})"
+        for name, v in unfaithful.items()
+        if not v["bottleneck"].startswith(LINK_REGIME)
+    ]
+    warnings = []
+    if machine:
+        warnings.append("not network-bound: " + "; ".join(machine))
+    if elsewhere:
+        warnings.append("bound by a link the model does not name: " + "; ".join(elsewhere))
     return {
         "faithful": not unfaithful,
         "bottleneck": kinds.pop() if len(kinds) == 1 else "mixed",
         "bottlenecks": bottlenecks,
-        "warning": (
-            None
-            if not unfaithful
-            else "not network-bound: "
-            + "; ".join(f"{name}: {v['bottleneck']} ({v['why']})" for name, v in unfaithful.items())
-        ),
-        "details": dict(phases),
+        "warning": "; ".join(warnings) or None,
+        "details": details,
     }

@@ -1,6 +1,7 @@
-"""PNG plots of a run: each mode's iteration time against the PS-link bound (the headline),
-latency CDFs, PS load per iteration, skew and the hot set, the latency dissection, the
-training loss (lr) and the offload phase's hot set per iteration against the oracle.
+"""PNG plots of a run: each mode's iteration time against the bound (the headline), the
+busiest links' bytes measured against the model, latency CDFs, PS load per iteration, skew
+and the hot set, the latency dissection, the training loss (lr) and the offload phase's
+hot set per iteration against the oracle.
 
 Every figure has the same frame (`finish_figure`): a title, the run's configuration shortened
 (experiment.configline.short_config), the legend in a row of its own above the axes, where it
@@ -30,12 +31,14 @@ from experiment.config import HotSetMode, HotSetSource
 from experiment.configline import short_config
 from experiment.results import PhaseResult, worker_rows
 from experiment.schema import OffloadHotSet, Summary
+from experiment.summary import MODE_LABELS as LABELS
+from experiment.summary import busiest_links
 
 COLORS = {"server": "tab:red", "offload": "tab:blue"}
-LABELS = {"server": "server-only", "offload": "offload"}
 DPI = 110
 # A linear axis reads better than a log one over less than this ratio of largest to smallest.
 LOG_AXIS_RANGE = 8.0
+LINK_LOAD_SHOWN = 6  # links per mode in link_load.png
 
 
 def _wrap(text: str, fig: Figure, fontsize: float) -> list[str]:
@@ -296,8 +299,9 @@ def dissection(path: Path, summary: Summary) -> None:
 
 
 def iteration_vs_bound(path: Path, summary: Summary) -> None:
-    """The headline: each mode's iteration time (bar p50, whisker to p99) beside its
-    PS-link bound (experiment/model.py), the speed-ups measured and bound in the title."""
+    """The headline: each mode's iteration time (bar p50, whisker to p99) beside its bound,
+    the busiest link's time (experiment/model.py, the link named on the bar), the speed-ups
+    measured and bound in the title."""
     model = summary.get("model")
     modes = ("server", "offload")
     fig, ax = plt.subplots(figsize=(6.5, 4.6))
@@ -312,13 +316,14 @@ def iteration_vs_bound(path: Path, summary: Summary) -> None:
         label = f"p50 {p50:.1f}\np99 {p99:.1f}"
         top = max(top, p99)
         if model:
-            bound = model["server_ms"] if mode == "server" else model["offload_ms"]
+            load = model["server"] if mode == "server" else model["offload"]
+            bound = load["bound_ms"]
             above = f"{100 * (p50 / bound - 1):+.1f}% vs bound" if bound else ""
             label = f"p50 {p50:.1f}\n{above}" if bound else label
             ax.bar(i + width / 2, bound, width, color="white", edgecolor=COLORS[mode],
                    hatch="//", lw=1.2)  # fmt: skip
-            ax.text(i + width / 2, bound, f"bound\n{bound:.1f}", ha="center", va="bottom",
-                    fontsize=8)  # fmt: skip
+            ax.text(i + width / 2, bound, f"bound\n{bound:.1f}\n{load['bottleneck']}",
+                    ha="center", va="bottom", fontsize=8)  # fmt: skip
             top = max(top, bound)
         ax.text(x, p99, label, ha="center", va="bottom", fontsize=8)
     ax.set_xticks(range(len(modes)), [LABELS[m] for m in modes])
@@ -333,17 +338,67 @@ def iteration_vs_bound(path: Path, summary: Summary) -> None:
     measured = f"measured {speedup:.2f}x (p50)" if speedup else "measured -"
     if model:
         handles.append(
-            Patch(facecolor="white", edgecolor="0.3", hatch="//", label="PS-link bound (hatched)")
+            Patch(facecolor="white", edgecolor="0.3", hatch="//", label="bound (hatched)")
         )
-        title = f"speed-up {measured}, bound {model['speedup']:.2f}x"
+        title = f"speed-up {measured}, bound {model['bound_speedup']:.2f}x"
         note = (
-            "Bound: the busier direction of the busiest PS link, in bytes per iteration, over "
-            "its rate (experiment/model.py); percentages are p50 against it."
+            "Bound: the busiest link (named over the bar, <sender>-<receiver>), its bytes per "
+            "iteration over its rate (experiment/model.py); percentages are p50 against it."
         )
     else:
-        title, note = f"speed-up {measured}", "No PS-link bound: the links have no rate."
-    finish_figure(fig, path, f"Iteration time against the PS-link bound\n{title}",
+        title, note = f"speed-up {measured}", "No bound: the links have no rate."
+    finish_figure(fig, path, f"Iteration time against the bound\n{title}",
             short_config(summary), handles, note=note)  # fmt: skip
+
+
+def link_load(path: Path, summary: Summary) -> None:
+    """Bytes per iteration on each mode's busiest links, measured beside the model's, the
+    model's bottleneck first (its name marked) and the measured busiest marked too."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), sharex=True)
+    details = summary["fidelity"].get("details") or {}
+    model = summary.get("model")
+    bottlenecks: dict[str, str] = (
+        {"server": model["server"]["bottleneck"], "offload": model["offload"]["bottleneck"]}
+        if model
+        else {}
+    )
+    height = 0.38
+    for ax, mode in zip(axes, ("server", "offload")):
+        table = summary["modes"][mode].get("link_bytes_per_iteration") or {}
+        names = busiest_links(summary, mode, LINK_LOAD_SHOWN)
+        busiest = (details.get(mode) or {}).get("busiest_link")
+        for y, name in enumerate(names):
+            row = table.get(name) or {"measured": None, "model": None}
+            measured, modelled = row["measured"] or 0.0, row["model"] or 0.0
+            ax.barh(y - height / 2, measured / 1e3, height, color=COLORS[mode])
+            ax.barh(y + height / 2, modelled / 1e3, height, color="white",
+                    edgecolor=COLORS[mode], hatch="//", lw=1.0)  # fmt: skip
+            if measured and modelled:
+                ax.text(max(measured, modelled) / 1e3, y, f" {measured / modelled:.2f}",
+                        va="center", fontsize=8)  # fmt: skip
+        marks = []
+        for name in names:
+            notes = [
+                *(["model's bottleneck"] if name == bottlenecks.get(mode) else []),
+                *(["busiest measured"] if name == busiest else []),
+            ]
+            marks.append("\n".join([name, ", ".join(notes)]) if notes else name)
+        ax.set_yticks(range(len(names)), marks, fontsize=8)
+        ax.invert_yaxis()  # the bottleneck on top
+        ax.set_xlabel("KB per iteration")
+        ax.set_title(LABELS[mode], fontsize=10)
+        ax.grid(alpha=0.3, axis="x")
+        ax.margins(x=0.15)
+    handles: list[Artist] = [
+        Patch(facecolor="0.5", label="measured (solid)"),
+        Patch(facecolor="white", edgecolor="0.3", hatch="//", label="model (hatched)"),
+    ]
+    note = (
+        "A link is <sender>-<receiver>; measured: its sender's interface's bytes over the "
+        "phase, over its iterations; the number beside each pair is measured/model."
+    )
+    finish_figure(fig, path, "Bytes per iteration on the busiest links",
+                  short_config(summary), handles, note=note)  # fmt: skip
 
 
 def loss_curves(path: Path, summary: Summary) -> None:
@@ -454,6 +509,9 @@ def make_plots(
     config = short_config(summary)
     made = ["iteration_vs_bound.png"]
     iteration_vs_bound(run_dir / made[-1], summary)
+    if any(summary["modes"][m].get("link_bytes_per_iteration") for m in ("server", "offload")):
+        made.append("link_load.png")
+        link_load(run_dir / made[-1], summary)
     made.append("latency_cdf.png")
     latency_cdfs(run_dir / made[-1], {m: phases[m] for m in ("server", "offload")}, workers,
                  config)  # fmt: skip

@@ -32,6 +32,7 @@ from experiment.schema import ModelBound, WarmupHotSet
 from experiment.summary import build_summary
 from hosts.stats import dumps_strict
 from hosts.workloads import WorkloadName
+from topologies.topology import Topology
 
 EXIT_PROCESS_DIED = 4  # a switch, PS shard or worker died during the run (ProcessDied)
 
@@ -141,7 +142,7 @@ def run(cfg: RunConfig) -> int:
             cfg.workers,
             shards,
             [agg],
-            model=bound(cfg, config, hot.keys, hot.coverage, shards),
+            model=bound(cfg, config, hot.keys, hot.coverage, bed.topology),
             offload_hot_set=hotset.summarize(
                 cfg, config, phases["offload"], budget, phases["offload"].hotset_steps
             ),
@@ -232,22 +233,26 @@ def calibrate(exp: Experiment, hot_keys: list[int], stream_offset: int) -> dict[
 
 
 def bound(
-    cfg: RunConfig, config: dict[str, Any], hot_keys: list[int], coverage: float, shards: int
+    cfg: RunConfig,
+    config: dict[str, Any],
+    hot_keys: list[int],
+    coverage: float,
+    topology: Topology,
 ) -> ModelBound | None:
-    """The analytical bound of this run (experiment/model.py) with the hot set it used;
-    None where a link has no rate (then no link bound exists)."""
-    rates = config["link_bandwidth_mbps"]
-    if not rates or None in rates:
+    """The analytical bound of this run (experiment/model.py) with the hot set it used, on
+    its topology with the rates its links ran at (the file's, BW='s or BW=auto's); None
+    where a link has no rate (then no link bound exists)."""
+    if any(link.bandwidth is None for link in topology.links):
         return None
     prediction = predict(
         workload_of(config),
         cfg.workers,
         cfg.iterations,
-        min(rates),
+        None,  # the topology's rates, which BW= has already set
         set(hot_keys),
         coverage,
-        shards,
         stream_offset=measured_stream_offset(cfg),
+        topology=topology,
     )
     return prediction.as_dict()
 

@@ -10,16 +10,21 @@ from typing import Any
 
 from experiment.config import HotSetMode, HotSetSource
 from experiment.configline import config_line
+from experiment.fidelity import LINK_REGIME
 from experiment.results import PhaseResult
 from experiment.schema import OffloadHotSet, Summary, dumps_summary
-from experiment.summary import write_latency_csv
+from experiment.summary import MODE_LABELS as LABELS
+from experiment.summary import MODES, busiest_links, write_latency_csv
 from topologies.targets import TARGETS
 
 # What to read from each figure: report.md's caption under it (run and sweep figures).
 CAPTIONS = {
     "iteration_vs_bound.png": "Each mode's iteration time (bar p50, whisker to p99) beside "
-    "its PS-link bound: in the ps_link regime each bar is within a few percent of its bound, "
-    "and the measured speed-up (title) is close to the bound's.",
+    "its bound, the busiest link's time: in a network-bound regime each bar is within a few "
+    "percent of its bound, and the measured speed-up (title) is close to the bound's.",
+    "link_load.png": "Bytes per iteration on the busiest links of each mode, measured (solid) "
+    "against the model (hatched), measured/model beside each pair: the model's bottleneck "
+    "(on top) should be the link measured busiest, and each pair of bars about equal.",
     "latency_cdf.png": "Distribution of iteration, push and pull latency per mode: offload's "
     "curves lie left of server-only's where the switch answers or the PS link is less "
     "loaded; the dotted line marks the median.",
@@ -35,12 +40,12 @@ CAPTIONS = {
     "coverage.png": "Share of each iteration's updates the switch summed, against the best "
     "possible hot set of that size (the oracle); in dynamic mode, keys moved per "
     "re-selection.",
-    "speedup_vs_bound.png": "Each run's measured p50 speed-up against its PS-link bound: "
+    "speedup_vs_bound.png": "Each run's measured p50 speed-up against its bound: "
     "faithful points within the shaded band are within 15% of the bound.",
     "speedup_vs_workers.png": "Measured p50 speed-up (band: the seeds' range) and the "
-    "PS-link bound (dashed) as the workers grow.",
-    "speedup_vs_skew.png": "Measured p50 speed-up (band: the seeds' range) and the PS-link "
-    "bound (dashed) as the skew grows.",
+    "bound (dashed) as the workers grow.",
+    "speedup_vs_skew.png": "Measured p50 speed-up (band: the seeds' range) and the bound "
+    "(dashed) as the skew grows.",
     "ps_packets.png": "Worker packets reaching the PS per iteration in both modes, by workers "
     "and skew.",
     "shards.png": "Iteration p50 of server-only with S PS shards against one PS plus the "
@@ -48,13 +53,42 @@ CAPTIONS = {
 }
 
 
+def unfaithful_bottlenecks(fidelity: Mapping[str, Any]) -> set[str]:
+    """The bottlenecks of the phases that were not faithful (experiment/fidelity.py
+    is_faithful, as summarize judged each phase)."""
+    details = fidelity.get("details") or {}
+    return {
+        kind
+        for phase, kind in (fidelity.get("bottlenecks") or {}).items()
+        if kind != "ps_link" and not (details.get(phase) or {}).get("faithful")
+    }
+
+
+def regime_text(fidelity: Mapping[str, Any]) -> str:
+    """The regime: "ps_link", or each phase's where they differ."""
+    if fidelity.get("bottleneck") != "mixed":
+        return str(fidelity.get("bottleneck"))
+    names = {"server": "server-only"}
+    return ", ".join(
+        f"{names.get(phase, phase)} {kind}"
+        for phase, kind in (fidelity.get("bottlenecks") or {}).items()
+    )
+
+
 def regime_hint(summary: Mapping[str, Any]) -> str | None:
-    """What to change when a measured phase was not PS-link-bound (one line for the table).
-    The run's numbers then measure this machine: the links must be slow enough for the PS's
-    link to set the pace (README, "Which regime")."""
+    """What to change when a measured phase was not network-bound where the model is (one
+    line for the table). The run's numbers then measure this machine: the links must be slow
+    enough for a link to set the pace (README, "Which regime")."""
     fid = summary.get("fidelity") or {}
     config = summary.get("config") or {}
-    kinds = set((fid.get("bottlenecks") or {}).values()) - {"ps_link"}
+    kinds = unfaithful_bottlenecks(fid)
+    if kinds and all(kind.startswith(LINK_REGIME) for kind in kinds):
+        # Network-bound, but not on the link the model names.
+        return (
+            "compare each link's measured and modelled bytes (summary.json "
+            "modes.<mode>.link_bytes_per_iteration, link_load.png): traffic the model does "
+            "not count (retransmissions, LOSS) or link rates other than the model's"
+        )
     rates = [r for r in config.get("link_bandwidth_mbps") or [] if r]
     lower = f"a lower BW= than {min(rates):g}" if rates else "BW= (the links have no rate)"
     target = TARGETS.get(str(config.get("target")))
@@ -80,18 +114,45 @@ def verdict_lines(summary: Mapping[str, Any]) -> list[str]:
             lines.append(f"what to try: {hint}")
         return lines
     if fid.get("bottleneck"):
-        return [f"regime: {fid['bottleneck']} (both phases network-bound, as emulated)"]
+        return [f"regime: {regime_text(fid)} (both phases network-bound, as emulated)"]
     return []
 
 
 def bound_line(summary: Mapping[str, Any]) -> str | None:
+    """The table's line on the bound: the PS-link bound where the PS link is the busiest
+    in both modes; else every link's bound with its bottleneck, then the PS link's."""
     m = summary.get("model")
     if not m:
         return None
-    return (
-        f"PS-link bound: {m['server_ms']:.2f} ms server-only, {m['offload_ms']:.2f} ms "
-        f"offload, {m['speedup']:.2f}x (experiment/model.py)"
+    ps_link = (
+        f"{m['server_ms']:.2f} ms server-only, {m['offload_ms']:.2f} ms offload, "
+        f"{m['speedup']:.2f}x"
     )
+    if all(m[mode]["bound_ms"] == m[f"{mode}_ms"] for mode in MODES):
+        return f"PS-link bound: {ps_link} (experiment/model.py)"
+    s, o = m["server"], m["offload"]
+    return (
+        f"bound: {s['bound_ms']:.2f} ms server-only (link {s['bottleneck']}), "
+        f"{o['bound_ms']:.2f} ms offload (link {o['bottleneck']}), {m['bound_speedup']:.2f}x; "
+        f"PS-link bound {ps_link} (experiment/model.py)"
+    )
+
+
+def links_line(summary: Mapping[str, Any]) -> str | None:
+    """The table's line on the links: each mode's bottleneck by the model against the
+    direction that ran busiest (p90 of its utilisation), as the fidelity verdict measured."""
+    m = summary.get("model")
+    details = (summary.get("fidelity") or {}).get("details") or {}
+    parts = []
+    for mode in MODES:
+        verdict = details.get(mode) or {}
+        busiest = verdict.get("busiest_link")
+        model = m[mode]["bottleneck"] if m else "-"
+        measured = f"{busiest} {verdict['busiest_link_utilization']:.0%}" if busiest else "-"
+        parts.append(f"{LABELS[mode]} {model} / {measured}")
+    if not m and not any(details.get(mode) for mode in MODES):
+        return None
+    return "busiest link (model / measured): " + ", ".join(parts)
 
 
 def hot_set_line(hotset: OffloadHotSet) -> str:
@@ -159,36 +220,71 @@ def comparison_table(summary: Summary, with_config: bool = True) -> str:
     lines.append(f"  exact: {summary['exact']}  ({summary['params_sha256']['offload'][:16]}...)")
     if bound := bound_line(summary):
         lines.append(f"  {bound}")
+    if links := links_line(summary):
+        lines.append(f"  {links}")
     lines += [f"  {line}" for line in verdict_lines(summary)]
     return "\n".join(lines)
 
 
 def bound_comparison(summary: Mapping[str, Any]) -> list[str]:
-    """The PS-link bound beside what was measured (report.md's paragraph)."""
+    """The bound beside what was measured (report.md's paragraph), and the busiest links'
+    bytes measured against the model's."""
     m = summary.get("model")
     if not m:
         return [
-            "No PS-link bound: a link has no rate (the topology's links are unlimited); "
+            "No bound: a link has no rate (the topology's links are unlimited); "
             "BW=N or BW=auto gives the links a rate and the run a bound."
         ]
     modes = summary["modes"]
     measured = []
-    for mode, label in (("server", "server-only"), ("offload", "offload")):
-        p50, bound = modes[mode]["iteration_ms"]["p50"], m[f"{mode}_ms"]
+    for mode in MODES:
+        p50, bound = modes[mode]["iteration_ms"]["p50"], m[mode]["bound_ms"]
         above = f" ({100 * (p50 / bound - 1):+.1f}% vs the bound)" if p50 and bound else ""
-        measured.append(f"{label} {p50:.2f} ms{above}")
+        measured.append(f"{LABELS[mode]} {p50:.2f} ms{above}")
     speedup = (summary.get("speedup") or {}).get("iteration_ms")
     return [
         f"{bound_line(summary)}.",
         "",
         f"Measured iteration p50: {', '.join(measured)}; speed-up "
         + (f"{speedup:.2f}x" if speedup else "-")
-        + f" against the bound's {m['speedup']:.2f}x.",
+        + f" against the bound's {m['bound_speedup']:.2f}x.",
         "",
-        "The bound is the busier direction of the busiest PS link, in bytes per iteration, "
-        "over its rate. Compute, the barrier's round trips and retransmissions come on top, "
-        "so a run in the ps_link regime sits close to it, most often a little above.",
+        "The bound is the busier direction of the busiest link (aggregation design "
+        f"`{m['aggregate']}`), in bytes per iteration, over its rate; the PS-link bound is "
+        "the same on the PS's link alone. Compute, the barrier's round trips and "
+        "retransmissions come on top, so a network-bound run sits close to it, most often a "
+        "little above.",
+        "",
+        *link_table(summary),
     ]
+
+
+def link_table(summary: Mapping[str, Any]) -> list[str]:
+    """report.md's table of the busiest links: bytes per iteration, model and measured."""
+    rows = []
+    for mode in MODES:
+        table = summary["modes"][mode].get("link_bytes_per_iteration") or {}
+        for name in busiest_links(summary, mode):
+            row = table.get(name) or {"measured": None, "model": None}
+            model, measured = row["model"], row["measured"]
+            ratio = f"{measured / model:.2f}" if model and measured is not None else "-"
+            rows.append(
+                f"| {LABELS[mode]} | {name} | {_bytes(model)} | {_bytes(measured)} | {ratio} |"
+            )
+    if not rows:
+        return []
+    return [
+        "Bytes per iteration on the busiest links (a link is `<sender>-<receiver>`; measured: "
+        "what the sender's interface counted over the phase, over its iterations):",
+        "",
+        "| mode | link | model | measured | measured/model |",
+        "|---|---|---|---|---|",
+        *rows,
+    ]
+
+
+def _bytes(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
 
 
 def figure_markdown(figures: list[tuple[str, str]]) -> list[str]:
@@ -201,7 +297,7 @@ def figure_markdown(figures: list[tuple[str, str]]) -> list[str]:
 
 def write_markdown(run_dir: Path, summary: Summary, figures: list[tuple[str, str]]) -> Path:
     """runs/<id>/report.md: the configuration, the table as printed, the fidelity verdict,
-    the PS-link bound and the figures, each with what to read from it."""
+    the bound with the busiest links and the figures, each with what to read from it."""
     verdict = verdict_lines(summary) or ["no fidelity verdict (no measured phase had one)"]
     details = (summary.get("fidelity") or {}).get("details") or {}
     lines = [
@@ -218,7 +314,7 @@ def write_markdown(run_dir: Path, summary: Summary, figures: list[tuple[str, str
         *(f"{line}\n" for line in verdict),
         *(f"- {phase}: {v['bottleneck']}, {v['why']}" for phase, v in details.items()),
         "",
-        "## PS-link bound",
+        "## The bound",
         "",
         *bound_comparison(summary),
         "",

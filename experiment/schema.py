@@ -7,6 +7,11 @@ share of the warm-up's updates it covers), `offload_hot_set` the hot set during 
 phase, iteration by iteration (its coverage against the oracle, and the online loop's
 moves). config.json's options keep their option names (`hotset` is HOTSET=, the mode).
 
+Links: a directed link is named "<sender>-<receiver>" (directed_link): on leafspine:4:4
+"s5-s1" carries what the spine s5 sends into leaf s1, "s1-h4" what s1 sends to the PS h4,
+"h4-s1" what the PS sends. A topology link's own name is "<node1>-<node2>" as its file
+lists it (the fidelity verdict's `links` rows), which is also its node1 -> node2 direction.
+
 SCHEMA_VERSION counts changes that rename or remove a field; a reader refuses any other
 version, with a message that says so, instead of reading a field that means something else.
 """
@@ -21,7 +26,15 @@ from hosts.stats import dumps_strict
 
 # 2: `hot_set` became `warmup_hot_set`, `hotset` became `offload_hot_set`, and the version
 # itself was added (a summary without one is version 1).
-SCHEMA_VERSION = 2
+# 3: the model counts every link (`model.<mode>.links`, `bottleneck`, `bound_ms`,
+# `model.bound_speedup`), each mode records `link_bytes_per_iteration`, and a phase's
+# bottleneck may be `link:<directed link>`.
+SCHEMA_VERSION = 3
+
+
+def directed_link(sender: str, receiver: str) -> str:
+    """The name of the direction `sender` -> `receiver` of a link: "s5-s1"."""
+    return f"{sender}-{receiver}"
 
 
 class SummaryError(ValueError):
@@ -47,6 +60,14 @@ class LatencySplit(TypedDict):
     mean_network_and_switch_us: float | None
 
 
+class LinkBytes(TypedDict):
+    """A directed link's bytes per measured iteration in one phase."""
+
+    # its sender's interface's bytes over the phase / iterations (None: no verdict)
+    measured: float | None
+    model: float | None  # experiment/model.py's count (None: no bound, unlimited links)
+
+
 class _ModeSummary(TypedDict):
     seconds: float
     updates_total: int
@@ -61,6 +82,8 @@ class _ModeSummary(TypedDict):
     iteration_ms: Quantiles
     push_ms: Quantiles
     pull_ms: Quantiles
+    # directed link ("<sender>-<receiver>") -> bytes per iteration, measured and modelled
+    link_bytes_per_iteration: dict[str, LinkBytes]
 
 
 class ModeSummary(_ModeSummary, total=False):
@@ -114,32 +137,43 @@ class OffloadHotSet(TypedDict):
     keys_moved: int
 
 
-class LinkLoad(TypedDict):
-    to_ps: float  # bytes per iteration on the busiest PS link
-    from_ps: float
+class ModeLoad(TypedDict):
+    """One mode's modelled bytes per iteration (experiment/model.py LinkLoad)."""
+
+    to_ps: float  # bytes per iteration on the busiest PS link, toward the PS
+    from_ps: float  # ... and from the PS
+    links: dict[str, float]  # every directed link "<sender>-<receiver>" -> bytes
+    bottleneck: str  # the directed link whose bytes take longest at its rate
+    bound_ms: float  # that time: the mode's bound over every link
 
 
 class ModelBound(TypedDict):
-    """The PS-link bound of the run's configuration (experiment/model.py Prediction)."""
+    """The bound of the run's configuration (experiment/model.py Prediction): over every
+    link (`<mode>.bound_ms`, `bound_speedup`) and over the PS link alone (`server_ms`,
+    `offload_ms`, `speedup`; on a star the two agree)."""
 
-    server: LinkLoad
-    offload: LinkLoad
-    mbps: float
+    aggregate: str  # the aggregation design counted (AGGREGATE=)
+    server: ModeLoad
+    offload: ModeLoad
+    mbps: float  # the busiest PS link's rate
     hot_keys: int
     hot_coverage: float
     server_ms: float
     offload_ms: float
     speedup: float
+    bound_speedup: float  # server.bound_ms / offload.bound_ms
 
 
 class Fidelity(TypedDict):
     """Which resource set each measured phase's pace (experiment/fidelity.py)."""
 
     faithful: bool
+    # "ps_link", "link:<directed link>", "cpu", "switch", "none"; "mixed" where phases differ
     bottleneck: str
     bottlenecks: dict[str, str]  # phase -> bottleneck
     warning: str | None
-    details: dict[str, dict[str, Any]]  # phase -> its verdict as measured
+    # phase -> its verdict as measured, judged (`faithful`) against `model_bottleneck`
+    details: dict[str, dict[str, Any]]
 
 
 class Summary(TypedDict):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from experiment.results import PhaseResult, ps_rows, worker_rows
 from experiment.schema import (
     SCHEMA_VERSION,
     LatencySplit,
+    LinkBytes,
     ModelBound,
     ModeSummary,
     OffloadHotSet,
@@ -26,6 +28,8 @@ from hosts import stats
 
 WORKER_REQUESTS = ("PUSH", "PULL", "DONE")
 MODES = ("server", "offload")  # the measured phases, as summary.json's `modes` names them
+LINKS_SHOWN = 4  # per mode, in report.md's table of links and link_load.png
+MODE_LABELS = {"server": "server-only", "offload": "offload"}  # as tables and figures name them
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -88,9 +92,47 @@ def quantiles(values: list[float]) -> Quantiles:
     return {"p50": pct(values, 50), "p99": pct(values, 99), "mean": mean(values)}
 
 
+def link_bytes(
+    verdict: Mapping[str, Any] | None, iterations: int, model: Mapping[str, float] | None
+) -> dict[str, LinkBytes]:
+    """Each directed link's bytes per iteration: what its sender's interface counted over
+    the phase (the fidelity verdict's `links`) beside the model's count. A phase without a
+    verdict has no measurement; a run without a bound, no model."""
+    measured: dict[str, float] = {}
+    for row in (verdict or {}).get("links", []):
+        for name, direction in (row.get("directions") or {}).items():
+            measured[name] = round(direction["bytes"] / max(iterations, 1), 1)
+    names = [*measured, *(n for n in model or {} if n not in measured)]
+    return {
+        name: {"measured": measured.get(name), "model": (model or {}).get(name)} for name in names
+    }
+
+
+def busiest_links(summary: Mapping[str, Any], mode: str, n: int = LINKS_SHOWN) -> list[str]:
+    """The `n` directed links that carried the most bytes per iteration in `mode`, by the
+    model or as measured, the model's bottleneck first."""
+    table = summary["modes"][mode].get("link_bytes_per_iteration") or {}
+    model = summary.get("model")
+    first = [model[mode]["bottleneck"]] if model else []
+
+    def load(name: str) -> float:
+        row = table[name]
+        return max(row["measured"] or 0.0, row["model"] or 0.0)
+
+    ranked = sorted(table, key=load, reverse=True)
+    return [*first, *(name for name in ranked if name not in first)][:n]
+
+
 def mode_summary(
-    phase: PhaseResult, workers: int, shards: int, agg_switches: list[str]
+    phase: PhaseResult,
+    workers: int,
+    shards: int,
+    agg_switches: list[str],
+    model_links: Mapping[str, float] | None = None,
+    iterations: int = 0,
 ) -> ModeSummary:
+    """One measured phase's numbers; `model_links`: the model's bytes per iteration on each
+    directed link in this mode, `iterations`: the phase's (0: its workers' own count)."""
     wrows = worker_rows(phase, workers)
     prows = ps_rows(phase, shards)
     lat: dict[str, list[float]] = defaultdict(list)
@@ -119,6 +161,9 @@ def mode_summary(
         "iteration_ms": quantiles(lat["iteration"]),
         "push_ms": quantiles(lat["push"]),
         "pull_ms": quantiles(lat["pull"]),
+        "link_bytes_per_iteration": link_bytes(
+            phase.fidelity, iterations or max(per_iter, default=0), model_links
+        ),
     }
     losses = [
         [w["losses"][t] for w in phase.worker_summaries]
@@ -170,7 +215,18 @@ def build_summary(
     """summary.json of a run: its configuration, both measured phases and how they compare,
     the bound, the hot set of each phase and the fidelity verdict."""
     sha = {m: params_sha256(phases[m], shards) for m in MODES}
-    modes = {m: mode_summary(phases[m], workers, shards, agg_switches) for m in MODES}
+    loads = {"server": model["server"], "offload": model["offload"]} if model else {}
+    modes = {
+        m: mode_summary(
+            phases[m],
+            workers,
+            shards,
+            agg_switches,
+            loads[m]["links"] if loads else None,
+            config["iterations"],
+        )
+        for m in MODES
+    }
     s, o = modes["server"], modes["offload"]
     speedup = {
         "iteration_ms": p50_ratio(s["iteration_ms"], o["iteration_ms"]),
@@ -200,13 +256,15 @@ def build_summary(
         "offloaded_update_share": (
             round(o["updates_in_switch"] / o["updates_total"], 4) if o["updates_total"] else None
         ),
-        # The PS-link bound of this configuration (experiment/model.py), beside what was
-        # measured.
+        # The bound of this configuration over every link and over the PS link
+        # (experiment/model.py), beside what was measured.
         "model": model,
         # The offload phase's hot set per iteration against the oracle (experiment/hotset.py).
         "offload_hot_set": offload_hot_set,
         # Which resource set the pace of each measured phase (experiment/fidelity.py).
+        # A saturated link that is not a PS's is faithful where the model names it too.
         "fidelity": fidelity.summarize(
-            {m: phases[m].fidelity for m in MODES if phases[m].fidelity}
+            {m: phases[m].fidelity for m in MODES if phases[m].fidelity},
+            {m: load["bottleneck"] for m, load in loads.items()},
         ),
     }

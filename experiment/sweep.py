@@ -43,7 +43,7 @@ import numpy as np
 from experiment.config import PreflightError
 from experiment.configline import ConfigPart, config_parts, join_config
 from experiment.options import OptionParser, add_run_arguments, check, config_of
-from experiment.report import CAPTIONS, figure_markdown, verdict_lines
+from experiment.report import CAPTIONS, figure_markdown, regime_text, verdict_lines
 from experiment.schema import Summary, SummaryError, load_summary
 from topologies.switches import REPO_ROOT
 from topologies.targets import TargetName, target_names
@@ -265,13 +265,14 @@ def row_of(point: Point, summary: Summary, run_dir: Path | None = None) -> dict[
     field of its summary.json (flattened), then where the run is."""
     model = summary.get("model")
     measured = (summary.get("speedup") or {}).get("iteration_ms")
-    bound = model["speedup"] if model else None
+    bound = model["bound_speedup"] if model else None  # the busiest link's, every link
     return {
         **{f"point.{k}": v for k, v in point.__dict__.items()},
         "measured_speedup": measured,
         "model_speedup": bound,
         "model_error": round(measured / bound - 1, 4) if measured and bound else None,
         "faithful": (summary.get("fidelity") or {}).get("faithful"),
+        "regime": regime_text(summary.get("fidelity") or {}),
         **flatten(summary),
         **({"run_dir": str(run_dir)} if run_dir is not None else {}),
     }
@@ -351,7 +352,7 @@ def grid_config(summaries: list[Summary], points: list[Point]) -> list[ConfigPar
 
 
 def speedup_vs_bound(rows: list[dict[str, Any]], path: Path, config: str) -> None:
-    """Each run's measured iteration p50 speed-up against its PS-link bound: the y = x
+    """Each run's measured iteration p50 speed-up against its bound: the y = x
     diagonal and the +-MODEL_TOLERANCE band around it; faithful runs filled, the others
     hollow; colour by workers, marker by skew."""
     # matplotlib takes seconds to import: only a sweep that draws pays for it
@@ -379,7 +380,7 @@ def speedup_vs_bound(rows: list[dict[str, Any]], path: Path, config: str) -> Non
     ax.set_xlim(low, high)
     ax.set_ylim(low, high)
     ax.set_aspect("equal")
-    ax.set_xlabel("PS-link bound's speed-up (experiment/model.py)")
+    ax.set_xlabel("bound's speed-up (experiment/model.py)")
     ax.set_ylabel("measured iteration p50 speed-up (server-only / offload)")
     ax.grid(alpha=0.3)
     handles = [
@@ -403,7 +404,7 @@ def speedup_vs_bound(rows: list[dict[str, Any]], path: Path, config: str) -> Non
     faithful = [r for r in shown if r["faithful"]]
     close = [r for r in faithful if abs(r["model_error"]) <= MODEL_TOLERANCE]
     title = (
-        "Measured speed-up against the PS-link bound\n"
+        "Measured speed-up against the bound\n"
         f"{len(close)} of {len(faithful)} faithful runs within {MODEL_TOLERANCE:.0%}"
         f" ({len(rows)} runs)"
     )
@@ -465,7 +466,7 @@ def plot(rows: list[dict[str, Any]], out: Path, config: str = "") -> list[str]:
             bx = sorted(model.get(key, {}))
             if bx:
                 by = [sum(model[key][v]) / len(model[key][v]) for v in bx]
-                ax.plot(bx, by, "--", color=color, label=f"PS-link bound, {named(key)}")
+                ax.plot(bx, by, "--", color=color, label=f"bound, {named(key)}")
         if not all(r["faithful"] for r in one_ps):
             ax.plot([], [], "x", color="grey", label="run not network-bound (fidelity)")
         ax.axhline(1.0, color="grey", lw=0.8)
@@ -596,16 +597,16 @@ def report(
             f"| {r['point.workers']} | {r['point.skew']:g} | {r['point.hot_slots']} | "
             f"{r['point.loss']:g} | {r['point.bw']:g} | {r['point.shards']} | {r['point.seed']} | "
             f"{r['measured_speedup']} | {r['model_speedup']} | {within} | "
-            f"{r.get('fidelity.bottleneck')} | {r.get('exact')} |"
+            f"{r['regime']} | {r.get('exact')} |"
         )
     lines += ["", *spread_table(rows)]
     faithful = [r for r in rows if r["faithful"] and r["model_error"] is not None]
     close = [r for r in faithful if abs(r["model_error"]) <= MODEL_TOLERANCE]
     lines += [
         "",
-        "## Fidelity and the PS-link bound",
+        "## Fidelity and the bound",
         "",
-        f"Faithful points within {MODEL_TOLERANCE:.0%} of the PS-link bound: "
+        f"Faithful points within {MODEL_TOLERANCE:.0%} of the bound: "
         f"{len(close)} of {len(faithful)} (of {len(rows)} runs).",
         "",
     ]
@@ -616,7 +617,7 @@ def report(
         lines += ["Runs that were not network-bound (their numbers measure this machine):", ""]
         lines += [f"- {label}: {'; '.join(verdict)}" for label, verdict in unfaithful]
     else:
-        lines.append("Every run was in the ps_link regime (network-bound, as emulated).")
+        lines.append("Every run was network-bound where its model is (faithful).")
     lines.append("")
     if failed:
         lines += ["Runs that failed (sweep.log says why):", ""]
@@ -675,7 +676,7 @@ def main(args: argparse.Namespace) -> int:
         elapsed = time.monotonic() - started
         print(
             f"speed-up {row['measured_speedup']}x, bound {row['model_speedup']}x, "
-            f"{row.get('fidelity.bottleneck')}, exact {row.get('exact')} "
+            f"{row['regime']}, exact {row.get('exact')} "
             f"({elapsed / i * (len(points) - i):.0f} s left)",
             flush=True,
         )

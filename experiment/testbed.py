@@ -209,6 +209,7 @@ class Testbed:
                     self.network.switch(switch).intfs[port].name,
                     link.bandwidth,
                     to_ps=link.node1 in ps_names,
+                    at=switch,
                 )
             )
         return PhaseMonitor({k: v for k, v in pids.items() if v}, links)

@@ -7,7 +7,14 @@ import os
 import pytest
 
 from experiment import fidelity
-from experiment.fidelity import LinkProbe, PhaseMonitor, _Sample, summarize, verdict
+from experiment.fidelity import (
+    LinkProbe,
+    PhaseMonitor,
+    _Sample,
+    is_faithful,
+    summarize,
+    verdict,
+)
 
 HZ = os.sysconf("SC_CLK_TCK")
 LINKS = [LinkProbe("h1-s1", "x1", 10.0), LinkProbe("h5-s1", "x5", 10.0, to_ps=True)]
@@ -63,9 +70,15 @@ def test_rules(busy: float, switch: float, ps_mbps: float, bottleneck: str) -> N
     assert v["machine_cpu_busy_mean"] == pytest.approx(busy, abs=0.01)
 
 
-def test_a_busier_worker_link_is_not_the_ps_link() -> None:
+def test_a_busier_worker_link_is_named_not_taken_for_the_ps_link() -> None:
+    # h1 sends at 9 Mbit/s: the switch-side interface (at s1) receives it, direction h1-s1.
     v = verdict(samples(4.0, 0.5, 0.3, ps_link_mbps=6.0, worker_link_mbps=9.0), LINKS)
-    assert v["bottleneck"] == "none"
+    assert v["bottleneck"] == "link:h1-s1" and v["faithful"] is False
+    assert v["busiest_link"] == "h1-s1" and v["busiest_link_utilization"] == pytest.approx(0.9)
+    assert "the link h1-s1 ran at 90% of its rate, the PS link at 60%" in v["why"]
+    # busier than the PS link but not saturated: nothing set the pace, and the why names it
+    v = verdict(samples(4.0, 0.5, 0.3, ps_link_mbps=4.0, worker_link_mbps=7.0), LINKS)
+    assert v["bottleneck"] == "none" and "busiest link h1-s1 70%" in v["why"]
 
 
 def test_unlimited_links_say_so() -> None:
@@ -120,3 +133,97 @@ def test_a_worker_that_exits_before_the_last_sample_still_counts() -> None:
     assert result["bottleneck"] == "cpu"
     ours = 0.5 + 0.2 + w0["cpu_mean"]  # switch, PS and the worker
     assert f"used {ours:.2f} of" in result["why"]
+
+
+# -- links other than the PS's ------------------------------------------------------------
+
+# leafspine:2:2 as the testbed probes it: host links read at their switch, the leaf-spine
+# links at the leaf (node1 of "s1-s3").
+SPINE_LINKS = [
+    LinkProbe("h1-s1", "a1", 10.0, at="s1"),
+    LinkProbe("h2-s1", "a2", 10.0, to_ps=True, at="s1"),
+    LinkProbe("s1-s3", "a3", 10.0, at="s1"),
+]
+
+
+def spine_samples(
+    spine_in_mbps: float, ps_in_mbps: float, busy: float = 0.5, seconds: float = 4.0, n: int = 9
+) -> list[_Sample]:
+    """A phase in which the spine sends into s1 and s1 into the PS at these rates."""
+    out = []
+    for i in range(n):
+        t = seconds * i / (n - 1)
+        total = int(2 * HZ * t)
+
+        def sent(mbps: float, t: float = t) -> int:
+            return int(mbps * 1e6 / 8 * t)
+
+        out.append(
+            _Sample(
+                t,
+                (int(total * busy), total),
+                {"switch s1": int(HZ * t * 0.3)},
+                {
+                    "h1-s1": (sent(1.0), sent(0.5), 0),
+                    "h2-s1": (sent(0.5), sent(ps_in_mbps), 0),  # (from the PS, to the PS)
+                    "s1-s3": (sent(spine_in_mbps), sent(2.0), 0),  # (s3 -> s1, s1 -> s3)
+                },
+            )
+        )
+    return out
+
+
+def test_a_saturated_spine_link_is_named_with_its_direction() -> None:
+    v = verdict(spine_samples(spine_in_mbps=9.5, ps_in_mbps=7.8), SPINE_LINKS)
+    assert v["bottleneck"] == "link:s3-s1"  # the spine into the PS's leaf, as it ran
+    assert v["faithful"] is False  # until the model says it is the bottleneck it expects
+    spine = next(r for r in v["links"] if r["link"] == "s1-s3")
+    into, out = spine["directions"]["s3-s1"], spine["directions"]["s1-s3"]
+    assert into["bytes"] == int(9.5e6 / 8 * 4.0) and out["bytes"] == int(2e6 / 8 * 4.0)
+    assert into["utilization_p90"] == pytest.approx(0.95, abs=0.01)
+    assert out["utilization_p90"] == pytest.approx(0.2, abs=0.01)
+    ps = next(r for r in v["links"] if r["to_ps"])
+    assert ps["directions"]["s1-h2"]["utilization_p90"] == pytest.approx(0.78, abs=0.01)
+    # a saturated PS link that is the busiest is still ps_link
+    assert verdict(spine_samples(7.0, 9.0), SPINE_LINKS)["bottleneck"] == "ps_link"
+    # and a saturated link sets the pace over busy cores, as a PS link does
+    busy = verdict(spine_samples(9.5, 7.8, busy=0.97), SPINE_LINKS)
+    assert busy["bottleneck"] == "link:s3-s1" and "busy too" in busy["why"]
+
+
+def test_a_link_bound_run_is_faithful_where_the_model_names_that_link() -> None:
+    spine = verdict(spine_samples(spine_in_mbps=9.5, ps_in_mbps=7.8), SPINE_LINKS)
+    ps = verdict(spine_samples(spine_in_mbps=7.0, ps_in_mbps=9.0), SPINE_LINKS)
+    agreed = summarize({"server": ps, "offload": spine}, {"server": "s1-h2", "offload": "s3-s1"})
+    assert agreed["faithful"] and agreed["warning"] is None
+    assert agreed["bottlenecks"] == {"server": "ps_link", "offload": "link:s3-s1"}
+    assert agreed["bottleneck"] == "mixed" and agreed["details"]["offload"]["faithful"]
+    # the model expected the PS's link: the run measured something else
+    other = summarize({"offload": spine}, {"offload": "s1-h2"})
+    assert not other["faithful"] and not other["details"]["offload"]["faithful"]
+    assert other["warning"].startswith("bound by a link the model does not name: offload: ")
+    assert "the model's bottleneck: s1-h2" in other["warning"]
+    # without a model (no bound) a link regime is not judged faithful
+    assert not summarize({"offload": spine})["faithful"]
+
+
+@pytest.mark.parametrize(
+    ("bottleneck", "model", "faithful"),
+    [
+        ("ps_link", None, True),
+        ("ps_link", "s3-s1", True),  # a PS link is faithful whatever the model expects
+        ("link:s3-s1", "s3-s1", True),
+        ("link:s3-s1", "s1-s3", False),  # the other direction of the same link
+        ("link:s3-s1", None, False),
+        ("cpu", "s3-s1", False),
+        ("none", None, False),
+    ],
+)
+def test_is_faithful(bottleneck: str, model: str | None, faithful: bool) -> None:
+    assert is_faithful(bottleneck, model) is faithful
+
+
+def test_a_probe_names_the_directions_it_reads() -> None:
+    assert LinkProbe("h5-s1", "x", 10.0).directions() == ("s1-h5", "h5-s1")  # at node2
+    assert LinkProbe("s1-s5", "x", 10.0, at="s1").directions() == ("s1-s5", "s5-s1")
+    assert LinkProbe("lo", "lo", None).directions() is None

@@ -16,10 +16,13 @@ from experiment.report import (
     bound_comparison,
     bound_line,
     comparison_table,
+    links_line,
     regime_hint,
+    verdict_lines,
     write_outputs,
 )
 from experiment.results import PhaseResult
+from experiment.schema import SCHEMA_VERSION, SummaryError, dumps_summary, load_summary
 from experiment.summary import build_summary
 from hosts.ps_log import LOG_COLUMNS as PS_COLUMNS
 from hosts.stats import CsvLog
@@ -150,6 +153,36 @@ def test_the_config_line_names_what_is_not_at_its_default() -> None:
         assert item in changed
 
 
+def model_bound(
+    server_ms: float,
+    offload_ms: float,
+    bottleneck: tuple[str, str] = ("s1-h3", "s1-h3"),
+    bound_ms: tuple[float, float] | None = None,
+) -> dict:
+    """A `model` block (experiment/schema.py ModelBound) of star:2 (PS h3) at 2 Mbit/s: the
+    PS link's load in each mode, with bottlenecks and bounds as given (the PS link's own)."""
+    bounds = bound_ms or (server_ms, offload_ms)
+    to_ps = {"server": 1400.0, "offload": 980.0}
+
+    def mode(name: str, i: int) -> dict:
+        links = {"h1-s1": 300.0, "s1-h3": to_ps[name], "h3-s1": 700.0}
+        return {"to_ps": to_ps[name], "from_ps": 700.0, "links": links,
+                "bottleneck": bottleneck[i], "bound_ms": bounds[i]}  # fmt: skip
+
+    return {
+        "aggregate": "ps-leaf",
+        "server": mode("server", 0),
+        "offload": mode("offload", 1),
+        "mbps": 2.0,
+        "hot_keys": 4,
+        "hot_coverage": 0.4,
+        "server_ms": server_ms,
+        "offload_ms": offload_ms,
+        "speedup": round(server_ms / offload_ms, 3),
+        "bound_speedup": round(bounds[0] / bounds[1], 3),
+    }
+
+
 def write_phase(
     directory: Path, iteration_ms: float, by_switch: bool, keys: int = 0
 ) -> PhaseResult:
@@ -176,7 +209,21 @@ def write_phase(
         counts[:] = np.maximum(1, 8 // np.arange(1, keys + 1))
         write_frequency(directory / "freq0.csv", counts, np.zeros(keys, np.int64),
                         {"shard": 0, "iterations": 2})  # fmt: skip
-    verdict = {"faithful": True, "bottleneck": "ps_link", "why": "the PS link ran at 95%"}
+    # the PS link h3-s1 as the testbed probes it (at s1): 2 iterations' bytes each way
+    to_ps, from_ps = (1000.0, 600.0) if by_switch else (1400.0, 800.0)
+    link = {
+        "link": "h3-s1",
+        "to_ps": True,
+        "directions": {"s1-h3": {"bytes": 2 * to_ps}, "h3-s1": {"bytes": 2 * from_ps}},
+    }
+    verdict = {
+        "faithful": True,
+        "bottleneck": "ps_link",
+        "why": "the PS link ran at 95%",
+        "busiest_link": "s1-h3",
+        "busiest_link_utilization": 0.95,
+        "links": [link],
+    }
     summaries = [{"losses": [None, None]}] * 2
     return PhaseResult(directory.name, directory, 1.0, summaries, [], {"s1": {}}, verdict)
 
@@ -201,20 +248,31 @@ def test_a_run_writes_report_md_with_its_table_and_figures(
     }
     config = run_config(workers=2, iterations=2, bw=2.0, warmup=2, hot_slots=16)
     config["link_bandwidth_mbps"] = [2.0]
-    model = {"server_ms": 39.0, "offload_ms": 30.5, "speedup": 1.279}
+    model = model_bound(39.0, 30.5)
     hot = {"keys": 4, "coverage": 0.4, "covered": 40, "total": 100, "candidates": 30}
     summary = build_summary(config, phases, hot, 2, 1, ["s1"], model=model)
     write_outputs(tmp_path, summary, phases, 2)
+    # each link's bytes per iteration, measured (the verdict's, over 2 iterations) and modelled
+    links = summary["modes"]["offload"]["link_bytes_per_iteration"]
+    assert links["s1-h3"] == {"measured": 1000.0, "model": 980.0}
+    assert links["h1-s1"] == {"measured": None, "model": 300.0}  # not probed, modelled
+    assert summary["fidelity"]["faithful"]
+    assert load_summary(tmp_path / "summary.json") == summary  # the schema's round trip
 
     text = (tmp_path / "report.md").read_text()
     assert text.splitlines()[2] == config_line(summary)
     assert "links 2 Mbit/s (BW=2: set)" in text
     assert comparison_table(summary, with_config=False) in text
     assert "regime: ps_link" in text and bound_line(summary) in text
+    # the model's bottleneck beside the busiest link measured, in the table and report.md
+    assert "busiest link (model / measured): server-only s1-h3 / s1-h3 95%, " in text
+    assert "| offload | s1-h3 | 980 | 1,000 | 1.02 |" in text
     images = re.findall(r"!\[([^]]+)\]\(([^)]+)\)", text)
     names = [target for _, target in images]
     assert names[0] == "iteration_vs_bound.png"  # the headline first
-    for name in ("latency_cdf.png", "ps_load.png", "latency_dissection.png", "skew.png"):
+    for name in (
+        "link_load.png", "latency_cdf.png", "ps_load.png", "latency_dissection.png", "skew.png"
+    ):  # fmt: skip
         assert name in names
     for name in names:
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -238,7 +296,7 @@ def test_the_headline_figure_draws_with_and_without_a_bound(tmp_path: Path) -> N
         "config": run_config(),
         "modes": {"server": mode, "offload": {"iteration_ms": {"p50": 32.0, "p99": 35.0}}},
         "speedup": {"iteration_ms": 1.25},
-        "model": {"server_ms": 39.0, "offload_ms": 31.0, "speedup": 1.258},
+        "model": model_bound(39.0, 31.0),
     }
     iteration_vs_bound(tmp_path / "bound.png", summary)
     iteration_vs_bound(tmp_path / "none.png", {**summary, "model": None})
@@ -247,4 +305,61 @@ def test_the_headline_figure_draws_with_and_without_a_bound(tmp_path: Path) -> N
     lines = bound_comparison(summary)
     assert "server-only 40.00 ms (+2.6% vs the bound)" in lines[2]
     assert "speed-up 1.25x against the bound's 1.26x" in lines[2]
-    assert bound_comparison({**summary, "model": None})[0].startswith("No PS-link bound")
+    assert bound_comparison({**summary, "model": None})[0].startswith("No bound")
+
+
+def test_a_bound_set_by_another_link_names_it_beside_the_ps_links() -> None:
+    """leafspine: the spine into the PS's leaf bounds offload, the PS link server-only."""
+    model = model_bound(414.35, 271.04, ("s1-h4", "s5-s1"), (414.35, 335.87))
+    line = bound_line({"model": model})
+    assert line == (
+        "bound: 414.35 ms server-only (link s1-h4), 335.87 ms offload (link s5-s1), 1.23x; "
+        "PS-link bound 414.35 ms server-only, 271.04 ms offload, 1.53x (experiment/model.py)"
+    )
+    # where the PS link is the bottleneck in both modes, the line reads as on a star
+    assert bound_line({"model": model_bound(39.0, 31.0)}).startswith("PS-link bound: 39.00 ms")
+    details = {
+        "server": {"busiest_link": "s1-h4", "busiest_link_utilization": 0.97},
+        "offload": {"busiest_link": "s5-s1", "busiest_link_utilization": 0.95},
+    }
+    summary = {
+        "model": model,
+        "fidelity": {
+            "faithful": True,
+            "bottleneck": "mixed",
+            "bottlenecks": {"server": "ps_link", "offload": "link:s5-s1"},
+            "details": details,
+        },
+    }
+    assert links_line(summary) == (
+        "busiest link (model / measured): server-only s1-h4 / s1-h4 97%, offload s5-s1 / s5-s1 95%"
+    )
+    assert verdict_lines(summary) == [
+        "regime: server-only ps_link, offload link:s5-s1 (both phases network-bound, as emulated)"
+    ]
+
+
+def test_a_link_the_model_does_not_name_gets_its_own_advice() -> None:
+    fidelity = {
+        "faithful": False,
+        "bottlenecks": {"server": "ps_link", "offload": "link:s5-s1"},
+        "details": {"server": {"faithful": True}, "offload": {"faithful": False}},
+        "warning": "bound by a link the model does not name: offload: link:s5-s1 (...)",
+    }
+    summary = {"fidelity": fidelity, "config": {"link_bandwidth_mbps": [1.0]}}
+    hint = regime_hint(summary)
+    assert hint is not None and "link_bytes_per_iteration" in hint and "BW" not in hint
+    lines = verdict_lines(summary)
+    assert lines[0].startswith("WARNING, bound by a link") and lines[1].startswith("what to try")
+    # beside a faithful link regime, a CPU-bound phase gets the machine's advice
+    fidelity["details"] = {"server": {"faithful": False}, "offload": {"faithful": True}}
+    fidelity["bottlenecks"] = {"server": "cpu", "offload": "link:s5-s1"}
+    hint = regime_hint(summary)
+    assert hint is not None and "a lower BW= than 1" in hint
+
+
+def test_a_summary_of_another_schema_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "summary.json"
+    path.write_text(dumps_summary({"schema_version": SCHEMA_VERSION - 1}))  # type: ignore[typeddict-item]
+    with pytest.raises(SummaryError, match=f"version {SCHEMA_VERSION - 1}, this hotagg reads"):
+        load_summary(path)
