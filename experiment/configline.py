@@ -56,7 +56,7 @@ def links_part(config: Mapping[str, Any]) -> ConfigPart:
         if not auto:  # the run stopped before the calibration ended
             how = "BW=auto: not calibrated"
         elif any(t.get("saturated") for t in auto.get("trials", [])):
-            how = "BW=auto: calibrated, highest rate at which the PS link saturated in both modes"
+            how = "BW=auto: calibrated, highest rate at which a link saturated in both modes"
         else:
             how = "BW=auto: calibrated, no rate tried saturated the PS link, so the lowest"
         short = "BW=auto"

@@ -165,8 +165,9 @@ def run(cfg: RunConfig) -> int:
 
 def calibrate(exp: Experiment, hot_keys: list[int], stream_offset: int) -> dict[str, Any]:
     """BW=auto: short phases of both modes at rising link rates; the highest rate at which
-    the PS's link saturated in both (PS-link-bound with it at PS_LINK_SATURATED of its rate
-    or more, experiment/fidelity.py) is the run's rate. Both modes, because they load the
+    a link saturated in both (the PS's link at PS_LINK_SATURATED of its rate or more, or
+    another link the verdict names, `link:<direction>`, experiment/fidelity.py) is the run's
+    rate. Both modes, because they load the
     machine differently (offload moves work from the PS to the switch and adds the
     COLLECTs); rising, since the first rate that fails ends the search. Saturated, not
     merely PS-link-bound (the verdict also takes a PS link that is only the busiest
@@ -177,6 +178,8 @@ def calibrate(exp: Experiment, hot_keys: list[int], stream_offset: int) -> dict[
     the workload, never the measured iterations."""
 
     def saturated(verdict: dict) -> bool:
+        if verdict["bottleneck"].startswith("link:"):
+            return True  # fidelity names another link only once it ran at PS_LINK_SATURATED
         return (
             verdict["bottleneck"] == "ps_link"
             and verdict["ps_link_utilization"] >= PS_LINK_SATURATED
@@ -227,7 +230,7 @@ def calibrate(exp: Experiment, hot_keys: list[int], stream_offset: int) -> dict[
             "(the summary's fidelity block says what limited the run)"
         )
     else:
-        say(f"BW=auto: {chosen:g} Mbit/s, the highest rate at which the PS link saturated")
+        say(f"BW=auto: {chosen:g} Mbit/s, the highest rate at which a link saturated")
     exp.bed.set_bandwidth(chosen)
     return {"chosen_mbps": chosen, "trials": trials}
 

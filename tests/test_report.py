@@ -98,7 +98,7 @@ def run_config(**changes: object) -> dict:
         (
             {"bw": "auto", "link_bandwidth_mbps": [5.0],
              "bw_auto": {"chosen_mbps": 5.0, "trials": [{"mbps": 5.0, "saturated": True}]}},
-            "links 5 Mbit/s (BW=auto: calibrated, highest rate at which the PS link saturated "
+            "links 5 Mbit/s (BW=auto: calibrated, highest rate at which a link saturated "
             "in both modes)",
         ),
         (
