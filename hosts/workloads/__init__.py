@@ -26,6 +26,7 @@ from hosts.workloads.base import (
     register,
     workload_class,
     workload_classes,
+    workload_help,
     workload_names,
 )
 from hosts.workloads.cli import add_arguments, from_args, parse_args
@@ -63,5 +64,6 @@ __all__ = [
     "register",
     "workload_class",
     "workload_classes",
+    "workload_help",
     "workload_names",
 ]

@@ -150,7 +150,7 @@ def workload_class(name: str) -> type[Workload]:
         return WORKLOADS[str(name)]
     except KeyError:
         raise WorkloadError(
-            f"unknown workload {str(name)!r} (registered: {', '.join(WORKLOADS)})"
+            f"unknown workload {str(name)!r} (registered: {', '.join(workload_names())})"
         ) from None
 
 
