@@ -35,6 +35,7 @@ from hosts.workloads import (
     WorkloadError,
     drifting_names,
     one_of,
+    parse_args,
     workload_class,
     workload_classes,
     workload_help,
@@ -83,6 +84,17 @@ def make_name(dest: str) -> str | None:
 
 # The shipped workloads' own (a workload registered later is asked by make_name).
 MAKE_NAMES.update({option.dest: option.make for option in workload_run_options()})
+# The workers' options the run gives every worker itself (experiment/agents.py
+# workload_args), which WORKLOAD_ARGS must leave alone, and what sets them instead.
+RUN_WORKLOAD_OPTIONS: dict[str, str | None] = {
+    "workload": "WORKLOAD=",
+    "keys": "KEYS=",
+    "seed": "SEED=",
+    "skew": "SKEW=",
+    "keys_per_iter": "--keys-per-iter of the run",
+    "drift": "DRIFT=",
+    "stream_offset": None,  # each phase reads the stream from its own offset
+}
 SEED_MAX = 2**32 - 1
 MAX_BW_MBPS = 1000.0  # Mininet's TCIntf ignores (only logs) a rate above this
 T = TypeVar("T", int, float)
@@ -468,6 +480,7 @@ def _check_workload(cfg: RunConfig) -> None:
             f"DRIFT={cfg.drift}: goes with WORKLOAD={one_of(drifting_names())}, "
             f"not WORKLOAD={cls.name}"
         )
+    _check_workload_args(cfg)
     config = cfg.as_dict()
     try:
         workload = workload_of(config)  # built as the workers of the measured phases build it
@@ -481,20 +494,45 @@ def _check_workload(cfg: RunConfig) -> None:
         say(f"note: {note}")
 
 
-def _workload_settings(cfg: RunConfig) -> list[str]:
-    """The make settings the workload was built from beyond its name, as a user writes them
-    (TRACE=..., DRIFT=..., WORKLOAD_ARGS='...'); WORKLOAD=... when there are none."""
+def _split_workload_args(cfg: RunConfig) -> tuple[list[str], list[str]]:
+    """The workers' extra options split back into the run options they came from, as a user
+    writes them (TRACE=...), and the words of WORKLOAD_ARGS."""
     words, settings = list(cfg.extra_workload_args), []
     for option in workload_run_options():
         if option.flag in words[:-1]:
             at = words.index(option.flag)
             settings.append(f"{option.make}={words[at + 1]}")
             del words[at : at + 2]
+    return settings, words
+
+
+def _workload_settings(cfg: RunConfig) -> list[str]:
+    """The make settings the workload was built from beyond its name, as a user writes them
+    (TRACE=..., DRIFT=..., WORKLOAD_ARGS='...'); WORKLOAD=... when there are none."""
+    settings, words = _split_workload_args(cfg)
     if cfg.drift:
         settings.append(f"DRIFT={cfg.drift}")
     if words:
         settings.append(f"WORKLOAD_ARGS={shlex.quote(shlex.join(words))}")
     return settings or [f"WORKLOAD={cfg.workload}"]
+
+
+def _check_workload_args(cfg: RunConfig) -> None:
+    """WORKLOAD_ARGS is for the workload's own options: one the run gives every worker itself
+    would be overridden behind the run's back (its config.json would say otherwise)."""
+    words = _split_workload_args(cfg)[1]
+    if not words:
+        return
+    shown = f"WORKLOAD_ARGS={shlex.quote(shlex.join(words))}"
+    try:
+        given, plain = parse_args(words), parse_args([])
+    except WorkloadError as e:
+        raise PreflightError(f"{shown}: {e}") from None
+    for dest, instead in RUN_WORKLOAD_OPTIONS.items():
+        if getattr(given, dest) != getattr(plain, dest):
+            flag = "--" + dest.replace("_", "-")
+            how = f"; use {instead}" if instead else " (each phase sets its own)"
+            raise PreflightError(f"{shown}: {flag} is the run's own option{how}")
 
 
 def _check_ports(cfg: RunConfig, topology: Topology) -> None:

@@ -187,6 +187,8 @@ def test_a_registered_workload_is_accepted_by_the_experiment_options(
         (["--workload-args", "--toy-width x"], "WORKLOAD_ARGS='--toy-width x': argument"),
         (["--drift", "every=2,fraction=0.5"], "DRIFT=every=2,fraction=0.5,head=256: goes with"),
         (["--trace", str(tmp_path / "t.csv")], "TRACE= is for WORKLOAD=trace"),
+        # an option the run gives every worker itself is not WORKLOAD_ARGS' to change
+        (["--workload-args", "--seed 3"], "WORKLOAD_ARGS='--seed 3': --seed is the run's own"),
     ]:
         with pytest.raises(PreflightError, match="^" + re.escape(named)):
             check(_run_config(tmp_path, "--workload", "toy", *argv))
