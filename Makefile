@@ -23,6 +23,8 @@ HOT_SLOTS ?= 256
 LOSS ?= 0
 SEED ?= 1
 WORKLOAD ?= zipf
+# The workload's own options, as its workers take them, e.g. WORKLOAD_ARGS='--batch 32' (lr).
+WORKLOAD_ARGS ?=
 # The offload phase's hot set: static (the warm-up's) or dynamic (the online loop's), and the
 # measured phases' drift, e.g. DRIFT=every=5,fraction=0.3 (empty: none).
 HOTSET ?= static
@@ -77,6 +79,7 @@ help:
 	@echo "  WORKERS=$(WORKERS) (empty: every worker host of TOPO)  PS=$(PS) (PS host(s) of a file)"
 	@echo "  ITERATIONS=$(ITERATIONS)  SKEW=$(SKEW)  KEYS=$(KEYS)  HOT_SLOTS=$(HOT_SLOTS)  LOSS=$(LOSS)  SEED=$(SEED)"
 	@echo "  WORKLOAD=$(WORKLOAD) (zipf, lr, trace)  TRACE=$(TRACE) (a trace CSV, for WORKLOAD=trace)"
+	@echo "  WORKLOAD_ARGS=$(WORKLOAD_ARGS) (the workload's own options, e.g. '--batch 32' for lr)"
 	@echo "  BW=$(BW) (Mbit/s; auto: calibrated; empty: the topology's own)"
 	@echo "  HOTSET=$(HOTSET) (or dynamic)  HOTSET_SOURCE=$(HOTSET_SOURCE) (or switch)"
 	@echo "  DRIFT=$(DRIFT) (every=K,fraction=F[,head=H]; empty: none)"
@@ -84,7 +87,7 @@ help:
 	@echo "  SWITCH_RESTARTS=$(SWITCH_RESTARTS) (restarts of a dead switch)  KEEP=$(KEEP) (1: keep the network up)"
 	@echo "make sweep: the grid's lists WORKERS=4,8,16 SKEW=1.1,1.3 HOT_SLOTS=256 LOSS=0 BW=2 SEEDS=1,2"
 	@echo "  SHARDS=1 (its defaults), and for every run ITERATIONS=30, TARGET, KEYS, WORKLOAD, TRACE,"
-	@echo "  HOTSET, HOTSET_SOURCE, DRIFT, SWITCH_RESTARTS, GRPC_PORT, PREFIX, BMV2_BINARY;"
+	@echo "  WORKLOAD_ARGS, HOTSET, HOTSET_SOURCE, DRIFT, SWITCH_RESTARTS, GRPC_PORT, PREFIX, BMV2_BINARY;"
 	@echo "  it refuses SEED (use SEEDS), TOPO, PS and KEEP (make run's)"
 	@echo "Other variables: RUN=<id> (make stop)  PYTEST_ARGS=$(PYTEST_ARGS) (make test)  VENV=$(VENV)"
 
@@ -135,6 +138,7 @@ run: $(STAMP)
 	    --hotset '$(HOTSET)' --hotset-source '$(HOTSET_SOURCE)' $(if $(DRIFT),--drift '$(DRIFT)') \
 	    $(if $(BW),--bw '$(BW)') $(if $(PS),--ps '$(PS)') \
 	    $(if $(TRACE),--workload trace --trace '$(TRACE)') \
+	    $(if $(WORKLOAD_ARGS),--workload-args='$(WORKLOAD_ARGS)') \
 	    $(if $(GRPC_PORT),--grpc-base-port '$(GRPC_PORT)') $(if $(PREFIX),--intf-prefix '$(PREFIX)') \
 	    $(if $(SWITCH_RESTARTS),--switch-restarts '$(SWITCH_RESTARTS)') \
 	    $(if $(filter-out 0 no false,$(KEEP)),--keep); \
@@ -179,6 +183,7 @@ sweep: $(STAMP)
 	    $(if $(call given,ITERATIONS),--iterations '$(ITERATIONS)') \
 	    $(if $(call given,KEYS),--keys '$(KEYS)') $(if $(call given,WORKLOAD),--workload '$(WORKLOAD)') \
 	    $(if $(call given,TRACE),--workload trace --trace '$(TRACE)') \
+	    $(if $(call given,WORKLOAD_ARGS),--workload-args='$(WORKLOAD_ARGS)') \
 	    $(if $(call given,HOTSET),--hotset '$(HOTSET)') \
 	    $(if $(call given,HOTSET_SOURCE),--hotset-source '$(HOTSET_SOURCE)') \
 	    $(if $(call given,DRIFT),--drift '$(DRIFT)') \

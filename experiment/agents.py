@@ -55,7 +55,7 @@ def python_module(module: str, args: list[str]) -> list[str]:
 
 
 def workload_args(cfg: RunConfig, plan: PhasePlan) -> list[str]:
-    """The workers' workload options (hosts/workloads.py): the same stream in every phase,
+    """The workers' workload options (hosts/workloads/): the same stream in every phase,
     read from `plan.stream_offset` on."""
     return [
         "--workload", str(cfg.workload), "--keys", str(cfg.keys), "--skew", str(cfg.skew),

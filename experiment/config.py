@@ -11,7 +11,7 @@ from typing import Any
 
 from contract.enums import NameEnum
 from contract.p4files import REPO
-from hosts.workloads import WorkloadName
+from hosts.workloads import WorkloadName, workload_class
 from topologies.targets import TargetName
 
 JOB_ID = 1  # the one training job of a run
@@ -66,7 +66,7 @@ class RunConfig:
     hot_slots: int = 256
     loss: float = 0.0
     seed: int = 1
-    workload: WorkloadName = WorkloadName.ZIPF
+    workload: str = WorkloadName.ZIPF  # a registered workload's name (hosts/workloads/)
     warmup: int = 5
     # Mbit/s on every link, instead of the topology's (None: as given; "auto": calibrated)
     bw: float | str | None = None
@@ -85,7 +85,7 @@ class RunConfig:
     hotset: HotSetMode = HotSetMode.STATIC
     hotset_every: int = 0  # 0: the source's pace, HOTSET_EVERY[hotset_source]
     hotset_source: HotSetSource = HotSetSource.PS
-    drift: str | None = None  # the measured phases' --drift (hosts/workloads.py), or None
+    drift: str | None = None  # the measured phases' --drift (hosts/workloads/), or None
 
     def __post_init__(self) -> None:
         if not self.hotset_every:  # an unknown source is refused where it is checked
@@ -100,16 +100,17 @@ class RunConfig:
         return d
 
 
-def trace_path(cfg: RunConfig) -> str | None:
-    """The --trace of the workload arguments, if any."""
-    args = cfg.extra_workload_args
-    return args[args.index("--trace") + 1] if "--trace" in args else None
+def warmup_stream_offset(cfg: RunConfig) -> int:
+    """Where the warm-up reads the workload: a finite one (a trace) from its start, as a
+    running system could profile it; a generated one far further on, so that it learns
+    which keys are popular without seeing the iterations it is then measured on."""
+    return 0 if workload_class(cfg.workload).finite_stream else WARMUP_STREAM_OFFSET
 
 
 def measured_stream_offset(cfg: RunConfig) -> int:
-    """Where the measured phases read the workload: a trace after the iterations the warm-up
-    profiled; a generated workload from its start (its warm-up reads far further on)."""
-    return cfg.warmup if cfg.workload == WorkloadName.TRACE else 0
+    """Where the measured phases read the workload: a finite one after the iterations the
+    warm-up profiled; a generated one from its start (its warm-up reads far further on)."""
+    return cfg.warmup if workload_class(cfg.workload).finite_stream else 0
 
 
 def freq_name(shard: int, dynamic: bool) -> str:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiment.config import HotSetSource, RunConfig, trace_path
-from hosts.workloads import WorkloadName
+from experiment.config import HotSetSource, RunConfig
+from hosts.workloads import WORKLOADS, Workload
 from topologies.targets import TARGETS
 from topologies.topology import Topology
 
@@ -68,21 +68,13 @@ def links_part(config: Mapping[str, Any]) -> ConfigPart:
 
 
 def workload_part(config: Mapping[str, Any]) -> ConfigPart:
-    name = config.get("workload", WorkloadName.ZIPF)
-    keys = config.get("keys", RunConfig.keys)
-    if name == WorkloadName.TRACE:
-        trace = trace_path(RunConfig(extra_workload_args=config.get("extra_workload_args", [])))
-        shown = Path(trace).name if trace else "?"
-        return ConfigPart("workload", f"trace workload ({shown}, {keys} keys)", f"trace {shown}")
-    detail = f"skew {config.get('skew', RunConfig.skew):g}, {keys} keys"
-    per_iter = config.get("keys_per_iter", RunConfig.keys_per_iter)
-    if name == WorkloadName.ZIPF and per_iter != RunConfig.keys_per_iter:
-        detail += f", {per_iter} draws per worker and iteration"
-    return ConfigPart(
-        "workload",
-        f"{name} workload ({detail})",
-        f"{name} skew {config.get('skew', RunConfig.skew):g}",
-    )
+    """The workload, in its class's words (hosts/workloads/); a workload no longer registered
+    in the default words."""
+    defaults = RunConfig().as_dict()
+    values = {**defaults, **config}
+    cls = WORKLOADS.get(str(values["workload"]), Workload)
+    text, short = cls.config_words(values, defaults)
+    return ConfigPart("workload", text, short)
 
 
 def target_detail(config: Mapping[str, Any]) -> str | None:

@@ -35,7 +35,6 @@ each aggregating switch exchanges per iteration (an `Aggregation`).
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -356,19 +355,23 @@ def predict(
     return Prediction(server, offload, server.ps_mbps, len(hot), round(hot_coverage, 4), aggregate)
 
 
-def workload_of(config: dict[str, Any]) -> Workload:
-    """The workload of a run's config.json / summary config, built as the agents of the
-    measured phases build it (with its DRIFT, which the warm-up does not have)."""
-    parser = argparse.ArgumentParser()
-    workloads.add_arguments(parser)
-    argv = [
+def workload_argv(config: dict[str, Any]) -> list[str]:
+    """The workers' workload options of a run's config.json / summary config, as the agents
+    of the measured phases get them (with its DRIFT, which the warm-up does not have), from
+    the stream's start."""
+    return [
         "--workload", str(config["workload"]), "--keys", str(config["keys"]),
         "--skew", str(config["skew"]), "--seed", str(config["seed"]),
         "--keys-per-iter", str(config["keys_per_iter"]),
         *config.get("extra_workload_args", []),
         *(["--drift", config["drift"]] if config.get("drift") else []),
     ]  # fmt: skip
-    return workloads.from_args(parser.parse_args(argv))
+
+
+def workload_of(config: dict[str, Any]) -> Workload:
+    """The workload of a run's config.json / summary config, built as the agents of the
+    measured phases build it. Raises WorkloadError on options it cannot take."""
+    return workloads.from_args(workloads.parse_args(workload_argv(config)))
 
 
 def predict_run(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import shlex
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -26,10 +27,20 @@ from experiment.config import (
     PreflightError,
     RunConfig,
     say,
-    trace_path,
 )
 from experiment.model import workload_of
-from hosts.workloads import DriftSpec, TraceWorkload, WorkloadError, WorkloadName
+from hosts.workloads import (
+    DriftSpec,
+    RunOption,
+    WorkloadError,
+    drifting_names,
+    one_of,
+    parse_args,
+    workload_class,
+    workload_classes,
+    workload_help,
+    workload_names,
+)
 from topologies.targets import TargetName, make_target, target_names
 from topologies.topology import Topology, TopologyFileError, load_topology
 
@@ -47,13 +58,42 @@ MAKE_NAMES = {
     "bw": "BW",
     "seed": "SEED",
     "workload": "WORKLOAD",
-    "trace": "TRACE",
+    "workload_args": "WORKLOAD_ARGS",
     "grpc_base_port": "GRPC_PORT",
     "intf_prefix": "PREFIX",
     "hotset": "HOTSET",
     "hotset_source": "HOTSET_SOURCE",
     "drift": "DRIFT",
     "switch_restarts": "SWITCH_RESTARTS",
+}
+
+
+def workload_run_options() -> list[RunOption]:
+    """The options the registered workloads add to the run's (TRACE= / --trace), each once."""
+    found: dict[str, RunOption] = {}
+    for cls in workload_classes():
+        for option in cls.run_options:
+            found.setdefault(option.flag, option)
+    return list(found.values())
+
+
+def make_name(dest: str) -> str | None:
+    """The make variable of the run's option with this argparse destination, if it has one."""
+    return MAKE_NAMES.get(dest) or {o.dest: o.make for o in workload_run_options()}.get(dest)
+
+
+# The shipped workloads' own (a workload registered later is asked by make_name).
+MAKE_NAMES.update({option.dest: option.make for option in workload_run_options()})
+# The workers' options the run gives every worker itself (experiment/agents.py
+# workload_args), which WORKLOAD_ARGS must leave alone, and what sets them instead.
+RUN_WORKLOAD_OPTIONS: dict[str, str | None] = {
+    "workload": "WORKLOAD=",
+    "keys": "KEYS=",
+    "seed": "SEED=",
+    "skew": "SKEW=",
+    "keys_per_iter": "--keys-per-iter of the run",
+    "drift": "DRIFT=",
+    "stream_offset": None,  # each phase reads the stream from its own offset
 }
 SEED_MAX = 2**32 - 1
 MAX_BW_MBPS = 1000.0  # Mininet's TCIntf ignores (only logs) a rate above this
@@ -67,7 +107,7 @@ class OptionParser(HelpParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         def named(m: re.Match[str]) -> str:
-            make = MAKE_NAMES.get(m.group(1).replace("-", "_"))
+            make = make_name(m.group(1).replace("-", "_"))
             return f"{make} (--{m.group(1)})" if make else f"--{m.group(1)}"
 
         # One line, as the experiment's other errors (the usage is a --help away).
@@ -129,13 +169,22 @@ def bandwidth(text: str) -> float | str:
 
 
 def drift(text: str) -> str | None:
-    """DRIFT: `every=K,fraction=F[,head=H]` (hosts/workloads.py), or empty/none for none;
+    """DRIFT: `every=K,fraction=F[,head=H]` (hosts/workloads/drift.py), or empty/none for none;
     returned in its normal form, as the workers are given it."""
     try:
         spec = DriftSpec.parse(text)
     except WorkloadError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return None if spec is None else str(spec)
+
+
+def shell_words(text: str) -> str:
+    """WORKLOAD_ARGS: options split as a shell splits them (quotes keep words together)."""
+    try:
+        shlex.split(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+    return text
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -207,11 +256,20 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--workload",
-        choices=tuple(WorkloadName),
+        choices=workload_names(),  # every registered workload (hosts/workloads/)
         default=d.workload,
-        help="zipf draws, a logistic regression's sparse features (lr), or a trace file",
+        help=workload_help(),
     )
-    parser.add_argument("--trace", metavar="CSV", help="trace CSV for --workload trace")
+    for option in workload_run_options():
+        parser.add_argument(option.flag, metavar=option.metavar, help=option.help)
+    parser.add_argument(
+        "--workload-args",
+        type=shell_words,
+        default="",
+        metavar="OPTIONS",
+        help="the workload's own options, as its workers take them (python -m hosts.worker "
+        "--help lists them), e.g. '--batch 32' with --workload lr",
+    )
     parser.add_argument(
         "--drift",
         type=drift,
@@ -283,7 +341,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_of(args: argparse.Namespace) -> RunConfig:
     """The run's configuration from add_run_arguments' options."""
-    extra = ["--trace", args.trace] if args.trace else []
+    # the workers' options that the workloads' run options (TRACE=) and WORKLOAD_ARGS give
+    extra = [
+        word
+        for option in workload_run_options()
+        if getattr(args, option.dest, None)
+        for word in (option.flag, getattr(args, option.dest))
+    ]
+    extra += shlex.split(args.workload_args)
     return RunConfig(
         target=args.target,
         topo=args.topo,
@@ -295,7 +360,7 @@ def config_of(args: argparse.Namespace) -> RunConfig:
         hot_slots=args.hot_slots,
         loss=args.loss,
         seed=args.seed,
-        workload=WorkloadName(args.workload),
+        workload=args.workload,
         warmup=args.warmup,
         bw=args.bw,
         ps=args.ps,
@@ -359,8 +424,7 @@ def check(cfg: RunConfig) -> Topology:
             "needs exactly one, the switch the parameter servers hang off"
         )
     _check_keys(cfg, len(topology.parameter_servers))
-    _check_trace(cfg)
-    _check_drift(cfg)
+    _check_workload(cfg)
     if cfg.hotset_source != HotSetSource.PS and cfg.hotset != HotSetMode.DYNAMIC:
         raise PreflightError(
             f"HOTSET_SOURCE={cfg.hotset_source} says what HOTSET=dynamic's loop reads; "
@@ -394,45 +458,81 @@ def _mem_available() -> int | None:
     return None
 
 
-def _check_trace(cfg: RunConfig) -> None:
-    """A trace run needs its file, and enough iterations for the warm-up followed by the
-    measured iterations (the warm-up reads the trace's first WARMUP iterations, the
-    measured phases the ones after them)."""
-    trace = trace_path(cfg)
-    if cfg.workload != WorkloadName.TRACE:
-        if trace is not None:
-            raise PreflightError("TRACE= is for WORKLOAD=trace")
-        return
-    if trace is None:
-        raise PreflightError("WORKLOAD=trace needs TRACE=<file> (format: hosts/workloads.py)")
+def _check_workload(cfg: RunConfig) -> None:
+    """The workload's options, checked as its class says (hosts/workloads/), and the workload
+    built as the workers build it: each error names the make variable to change."""
     try:
-        workload = TraceWorkload.from_csv(trace, cfg.keys, cfg.seed)
-    except (OSError, WorkloadError) as e:
-        raise PreflightError(f"TRACE={trace}: {e}") from None
-    if workload.iterations < cfg.warmup + cfg.iterations:
-        raise PreflightError(
-            f"TRACE={trace} has {workload.iterations} iterations; the warm-up ({cfg.warmup})"
-            f" and ITERATIONS={cfg.iterations} need {cfg.warmup + cfg.iterations}, since "
-            "the hot set is learnt from iterations that are then not measured"
-        )
-    if workload.workers > cfg.workers:
-        say(
-            f"note: TRACE={trace} has {workload.workers} workers; "
-            f"only the first WORKERS={cfg.workers} run"
-        )
-
-
-def _check_drift(cfg: RunConfig) -> None:
-    """DRIFT moves a generated workload's popular head: not a trace's, and its head must be
-    smaller than the ranks it drifts over (KEYS for zipf, the feature values for lr)."""
-    if cfg.drift is None:
-        return
-    if cfg.workload == WorkloadName.TRACE:
-        raise PreflightError(f"DRIFT={cfg.drift}: goes with WORKLOAD=zipf or lr, not a trace")
-    try:
-        workload_of(cfg.as_dict())  # built as the workers build it
+        cls = workload_class(cfg.workload)
     except WorkloadError as e:
-        raise PreflightError(f"DRIFT={cfg.drift}: {e}") from None
+        raise PreflightError(f"WORKLOAD={cfg.workload}: {e}") from None
+    for option in workload_run_options():
+        given = option.flag in cfg.extra_workload_args
+        if given and option not in cls.run_options:
+            owners = [c.name for c in workload_classes() if option in c.run_options]
+            raise PreflightError(f"{option.make}= is for WORKLOAD={one_of(owners)}")
+        if not given and option.needed and option in cls.run_options:
+            raise PreflightError(
+                f"WORKLOAD={cls.name} needs {option.make}=<{option.metavar or 'value'}>: "
+                f"{option.help}"
+            )
+    if cfg.drift and not cls.drifts:
+        raise PreflightError(
+            f"DRIFT={cfg.drift}: goes with WORKLOAD={one_of(drifting_names())}, "
+            f"not WORKLOAD={cls.name}"
+        )
+    _check_workload_args(cfg)
+    config = cfg.as_dict()
+    try:
+        workload = workload_of(config)  # built as the workers of the measured phases build it
+    except WorkloadError as e:
+        raise PreflightError(f"{' '.join(_workload_settings(cfg))}: {e}") from None
+    try:
+        notes = workload.check_run(config)
+    except WorkloadError as e:
+        raise PreflightError(str(e)) from None
+    for note in notes:
+        say(f"note: {note}")
+
+
+def _split_workload_args(cfg: RunConfig) -> tuple[list[str], list[str]]:
+    """The workers' extra options split back into the run options they came from, as a user
+    writes them (TRACE=...), and the words of WORKLOAD_ARGS."""
+    words, settings = list(cfg.extra_workload_args), []
+    for option in workload_run_options():
+        if option.flag in words[:-1]:
+            at = words.index(option.flag)
+            settings.append(f"{option.make}={words[at + 1]}")
+            del words[at : at + 2]
+    return settings, words
+
+
+def _workload_settings(cfg: RunConfig) -> list[str]:
+    """The make settings the workload was built from beyond its name, as a user writes them
+    (TRACE=..., DRIFT=..., WORKLOAD_ARGS='...'); WORKLOAD=... when there are none."""
+    settings, words = _split_workload_args(cfg)
+    if cfg.drift:
+        settings.append(f"DRIFT={cfg.drift}")
+    if words:
+        settings.append(f"WORKLOAD_ARGS={shlex.quote(shlex.join(words))}")
+    return settings or [f"WORKLOAD={cfg.workload}"]
+
+
+def _check_workload_args(cfg: RunConfig) -> None:
+    """WORKLOAD_ARGS is for the workload's own options: one the run gives every worker itself
+    would be overridden behind the run's back (its config.json would say otherwise)."""
+    words = _split_workload_args(cfg)[1]
+    if not words:
+        return
+    shown = f"WORKLOAD_ARGS={shlex.quote(shlex.join(words))}"
+    try:
+        given, plain = parse_args(words), parse_args([])
+    except WorkloadError as e:
+        raise PreflightError(f"{shown}: {e}") from None
+    for dest, instead in RUN_WORKLOAD_OPTIONS.items():
+        if getattr(given, dest) != getattr(plain, dest):
+            flag = "--" + dest.replace("_", "-")
+            how = f"; use {instead}" if instead else " (each phase sets its own)"
+            raise PreflightError(f"{shown}: {flag} is the run's own option{how}")
 
 
 def _check_ports(cfg: RunConfig, topology: Topology) -> None:

@@ -162,7 +162,7 @@ def skew(path: Path, freq_files: list[Path], summary: Summary) -> None:
     """Warm-up updates per key by rank, with what bounds the hot set: the slot budget, and
     the floor of one update per warm-up iteration (controller/hotset.py choose). The
     counts stop at workers x warm-up iterations, since a worker pushes a key at most once
-    per iteration (its keys are unique, hosts/workloads.py); the note says both."""
+    per iteration (its keys are unique, hosts/workloads/); the note says both."""
     hot = summary["warmup_hot_set"]
     config = summary.get("config") or {}
     warmup = int(config.get("warmup", 5))

@@ -15,13 +15,13 @@ from experiment import hotset, report
 from experiment.config import (
     AUTO_RATES,
     CALIBRATION_ITERATIONS,
-    WARMUP_STREAM_OFFSET,
     ExperimentError,
     HotSetMode,
     PreflightError,
     RunConfig,
     measured_stream_offset,
     say,
+    warmup_stream_offset,
 )
 from experiment.configline import topology_shape
 from experiment.fidelity import PS_LINK_SATURATED
@@ -31,7 +31,6 @@ from experiment.runner import Experiment, preflight
 from experiment.schema import ModelBound, WarmupHotSet
 from experiment.summary import build_summary
 from hosts.stats import dumps_strict
-from hosts.workloads import WorkloadName
 from topologies.topology import Topology
 
 EXIT_PROCESS_DIED = 4  # a switch, PS shard or worker died during the run (ProcessDied)
@@ -82,7 +81,7 @@ def run(cfg: RunConfig) -> int:
         # Same workload and seed, read further on: the warm-up learns which keys are popular
         # without seeing the iterations it is then measured on (a trace is profiled from its
         # start, as a running system could, and measured after that).
-        offset = 0 if cfg.workload == WorkloadName.TRACE else WARMUP_STREAM_OFFSET
+        offset = warmup_stream_offset(cfg)
         measured = measured_stream_offset(cfg)
         phases["warmup"] = exp.run_phase("warmup", cfg.warmup, False, stream_offset=offset)
         config["initial_rto_ms"] = round(1e3 * exp.learn_initial_rto(phases["warmup"]), 1)

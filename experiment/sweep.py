@@ -102,6 +102,7 @@ FIXED_RUN_OPTIONS = (
     "keys",
     "workload",
     "trace",
+    "workload_args",
     "hotset",
     "hotset_source",
     "drift",
@@ -180,7 +181,9 @@ def run_options(args: argparse.Namespace) -> list[str]:
     for action in _fixed_run_actions():
         value = getattr(args, action.dest, action.default)
         if value != action.default:
-            out += [action.option_strings[0], str(value)]
+            # --workload-args=--flag: a value that starts with a dash is not an option
+            flag, text = action.option_strings[0], str(value)
+            out += [f"{flag}={text}"] if text.startswith("-") else [flag, text]
     return out
 
 

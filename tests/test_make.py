@@ -63,6 +63,7 @@ SWEEP_HONOURS = {
     "KEYS": ("5000", "--keys '5000'"),
     "WORKLOAD": ("lr", "--workload 'lr'"),
     "TRACE": ("t.csv", "--workload trace --trace 't.csv'"),
+    "WORKLOAD_ARGS": ("--batch 32", "--workload-args='--batch 32'"),
     "HOTSET": ("dynamic", "--hotset 'dynamic'"),
     "HOTSET_SOURCE": ("switch", "--hotset-source 'switch'"),
     "DRIFT": ("every=5,fraction=0.3", "--drift 'every=5,fraction=0.3'"),

@@ -1,4 +1,4 @@
-"""Seeded workloads and the numpy reference computation (hosts/workloads.py)."""
+"""Seeded workloads and the numpy reference computation (hosts/workloads/)."""
 
 from __future__ import annotations
 
@@ -426,7 +426,7 @@ def test_drift_option_through_the_cli() -> None:
     assert lr.drift.head == 256  # default head; cardinality 1000 > 256
     with pytest.raises(WorkloadError, match="smaller than the 100 ranks"):
         from_args(p.parse_args(["--keys", "100", "--drift", "every=2,fraction=0.5,head=100"]))
-    with pytest.raises(WorkloadError, match="not a trace"):
+    with pytest.raises(WorkloadError, match="not --workload trace"):
         from_args(
             p.parse_args(["--workload", "trace", "--trace", "x", "--drift", "every=1,fraction=1"])
         )
