@@ -31,9 +31,9 @@ from contract.constants import (
     VERSION,
 )
 
-# version, op, flags, count, job_id, worker_id, seq, iteration, mask, cached, reserved (2 pad
-# bytes). Reserved is written as 0 and ignored on decode, as the P4 parser does.
-HEADER = struct.Struct("!BBBBHHIIBB2x")
+# version, op, flags, count, job_id, worker_id, seq, iteration, mask, cached, aux (FLUSH's
+# batch, COLLECT_REPLY's flush count; 0 in every other op, whose receivers ignore it).
+HEADER = struct.Struct("!BBBBHHIIBBH")
 # One precompiled struct per entry count: unpacking 0..8 entries in one call is the fast path.
 _ENTRIES = tuple(struct.Struct("!" + "Qi" * n) for n in range(MAX_ENTRIES + 1))
 # numpy view of the entries for bulk work (big endian, packed, 12 bytes each).
@@ -63,6 +63,7 @@ class Message(NamedTuple):
     values: tuple[int, ...] = ()
     version: int = VERSION
     cached: int = 0  # COLLECT_REPLY: entries whose slot cache now holds the next iteration
+    aux: int = 0  # FLUSH (and its partial PUSH): the batch; COLLECT_REPLY: the flush count
 
     # The header's field name; it hides tuple.count(value), which nothing here needs.
     @property
@@ -82,6 +83,7 @@ def encode(
     flags: int = 0,
     mask: int = 0,
     cached: int = 0,
+    aux: int = 0,
     version: int = VERSION,
 ) -> bytes:
     """Header fields plus entries -> payload bytes. `values=None` means all zero (PULL, COLLECT)."""
@@ -98,7 +100,7 @@ def encode(
         values = values.tolist()
     try:
         head = HEADER.pack(
-            version, op, flags, count, job_id, worker_id, seq, iteration, mask, cached
+            version, op, flags, count, job_id, worker_id, seq, iteration, mask, cached, aux
         )
         return head + _ENTRIES[count].pack(*chain.from_iterable(zip(keys, values)))
     except struct.error as exc:
@@ -117,6 +119,7 @@ def encode_message(msg: Message) -> bytes:
         flags=msg.flags,
         mask=msg.mask,
         cached=msg.cached,
+        aux=msg.aux,
         version=msg.version,
     )
 
@@ -126,7 +129,9 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
     size = len(data)
     if size < HEADER_LEN:
         raise CodecError(f"short packet: {size} bytes, the header alone is {HEADER_LEN}")
-    version, op, flags, count, job, worker, seq, iteration, mask, cached = HEADER.unpack_from(data)
+    version, op, flags, count, job, worker, seq, iteration, mask, cached, aux = HEADER.unpack_from(
+        data
+    )
     if count > MAX_ENTRIES:
         raise CodecError(f"count {count} > {MAX_ENTRIES}")
     expected = HEADER_LEN + ENTRY_LEN * count
@@ -138,7 +143,7 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
         raise CodecError(f"length {size} != {expected} for count {count}")
     flat = _ENTRIES[count].unpack_from(data, HEADER_LEN)
     return Message(
-        op, flags, job, worker, seq, iteration, mask, flat[0::2], flat[1::2], version, cached
+        op, flags, job, worker, seq, iteration, mask, flat[0::2], flat[1::2], version, cached, aux
     )
 
 

@@ -52,6 +52,7 @@ IP_PROTO_UDP = _p4("IP_PROTO_UDP")
 FLAG_FROM_SWITCH = _p4("FLAG_FROM_SWITCH")
 FLAG_RETRANSMIT = _p4("FLAG_RETRANSMIT")
 FLAG_INVALIDATE = _p4("FLAG_INVALIDATE")  # COLLECT only: the mask asks to untag cache entries
+FLAG_CHAIN = _p4("FLAG_CHAIN")  # WRITEBACK only: on to chain_next, acked by the last leaf
 
 # --- switch sizes (p4src/include/sizes.p4) ---
 NUM_SLOTS = _p4("NUM_SLOTS")
@@ -73,6 +74,8 @@ DROP_SCALE = _p4("DROP_SCALE")  # drop_sim rate unit: probability * DROP_SCALE
 IPV4_LPM_SIZE = _p4("IPV4_LPM_SIZE")
 WORKER_ADMISSION_SIZE = _p4("WORKER_ADMISSION_SIZE")
 PS_ADMISSION_SIZE = _p4("PS_ADMISSION_SIZE")
+FLUSH_COUNT_SIZE = _p4("FLUSH_COUNT_SIZE")  # flush_count cells: one per (job, iteration parity)
+FLUSH_BATCH_BITS = _p4("FLUSH_BATCH_BITS")  # a FLUSH's batch aux covers offsets aux << this ...
 
 
 class Op(IntEnum):
@@ -89,6 +92,7 @@ class Op(IntEnum):
     COLLECT_REPLY = _p4("OP_COLLECT_REPLY")
     WRITEBACK = _p4("OP_WRITEBACK")
     WRITEBACK_ACK = _p4("OP_WRITEBACK_ACK")
+    FLUSH = _p4("OP_FLUSH")
 
 
 class Stat(IntEnum):
@@ -118,6 +122,10 @@ class Stat(IntEnum):
     PASS = _p4("STAT_PASS")
     FOREIGN_WORKER = _p4("STAT_FOREIGN_WORKER")
     FOREIGN_PS = _p4("STAT_FOREIGN_PS")
+    TRANSIT = _p4("STAT_TRANSIT")
+    FLUSH = _p4("STAT_FLUSH")
+    FLUSH_ABSORBED = _p4("STAT_FLUSH_ABSORBED")
+    CHAIN_FORWARD = _p4("STAT_CHAIN_FORWARD")
 
 
 def _check_declares_every_const(enum: type[IntEnum], prefix: str, *not_members: str) -> None:
@@ -148,7 +156,7 @@ INT32_MAX = (1 << 31) - 1
 KEY_MAX = (1 << 64) - 1
 
 # Ops the switch processes; every other valid op is forwarded unchanged.
-SWITCH_OPS = frozenset({Op.PUSH, Op.PULL, Op.COLLECT, Op.WRITEBACK})
+SWITCH_OPS = frozenset({Op.PUSH, Op.PULL, Op.COLLECT, Op.WRITEBACK, Op.FLUSH})
 REPLY_OP = {
     Op.PUSH: Op.PUSH_ACK,
     Op.PULL: Op.PULL_REPLY,

@@ -3,7 +3,7 @@
 The test network: host i sits on switch port i, with IP 10.0.0.i and MAC 02:00:00:00:00:0i,
 and sends to the switch's MAC 02:00:00:00:00:fe (tests/packet_harness.py, the in-process
 pipeline tests, bench/). `hotagg_frame` builds every request and reply the tests send,
-including malformed ones: any op, version and reserved bytes, and more entries than a packet
+including malformed ones: any op, version and aux, and more entries than a packet
 may carry. tests/test_frames.py checks it byte for byte against the Scapy layers.
 """
 
@@ -19,7 +19,6 @@ SWITCH_MAC = "02:00:00:00:00:fe"
 PS_HOST = 3  # the parameter server's host in the packet tests
 # A worker's source port is this plus its host number (the agents' ports are the kernel's).
 CLIENT_SPORT = 40000
-_RESERVED = slice(18, 20)  # the header's 2 reserved bytes, which encode writes as zero
 _ETH_IP_LEN = 14 + 20  # UDP header offset in a frame without IPv4 options
 _UDP_CHECKSUM = slice(_ETH_IP_LEN + 6, _ETH_IP_LEN + 8)
 
@@ -44,16 +43,14 @@ def hotagg_payload(
     mask: int = 0,
     cached: int = 0,
     version: int = VERSION,
-    reserved: int = 0,
+    aux: int = 0,
 ) -> bytes:
     """The hotagg header and its (key, value) entries. Unlike codec.encode, it takes any
-    number of entries (a count past MAX_ENTRIES is malformed input the switch must refuse)
-    and writes the reserved bytes."""
+    number of entries (a count past MAX_ENTRIES is malformed input the switch must refuse)."""
     pairs = list(entries)
     head = HEADER.pack(
-        version, op, flags, len(pairs), job_id, worker_id, seq, iteration, mask, cached
+        version, op, flags, len(pairs), job_id, worker_id, seq, iteration, mask, cached, aux
     )
-    head = head[: _RESERVED.start] + struct.pack("!H", reserved) + head[_RESERVED.stop :]
     return head + pack_entries([k for k, _ in pairs], [v for _, v in pairs])
 
 

@@ -21,7 +21,6 @@ from scapy.fields import (
     ShortField,
     SignedIntField,
     XByteField,
-    XShortField,
 )
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
@@ -58,7 +57,7 @@ class Hotagg(Packet):
         IntField("iteration", 0),
         XByteField("mask", 0),
         XByteField("cached", 0),
-        XShortField("reserved", 0),
+        ShortField("aux", 0),
         PacketListField("entries", [], Entry, count_from=lambda pkt: pkt.count),
     ]
 

@@ -64,6 +64,14 @@ REGISTER_SKETCH_CELLS0 = _pinned("REGISTER_SKETCH_CELLS0")
 REGISTER_SKETCH_CELLS1 = _pinned("REGISTER_SKETCH_CELLS1")
 SKETCH_ROW_COUNTERS = (COUNTER_SKETCH_ROW0, COUNTER_SKETCH_ROW1)
 SKETCH_CELL_REGISTERS = (REGISTER_SKETCH_CELLS0, REGISTER_SKETCH_CELLS1)
+# Aggregation at every leaf (p4src/include/leaves.p4): two keyless tables the controller
+# sets per switch, and the root's count of absorbed partial PUSHes.
+TABLE_SERVICE_ADDRESS = _pinned("TABLE_SERVICE_ADDRESS")
+ACTION_SET_SERVICE_ADDRESS = _pinned("ACTION_SET_SERVICE_ADDRESS")
+TABLE_CHAIN_NEXT = _pinned("TABLE_CHAIN_NEXT")
+ACTION_SET_CHAIN_NEXT = _pinned("ACTION_SET_CHAIN_NEXT")
+REGISTER_FLUSH_COUNT = _pinned("REGISTER_FLUSH_COUNT")
+REGISTER_FLUSH_ITER = _pinned("REGISTER_FLUSH_ITER")
 # The digest is named after its struct type; p4c ignores @id there, so its id is p4c's hash
 # of the name (scripts/gen_p4info.py), like the HotKeyLookup objects'.
 DIGEST_SKETCH = "sketch_digest_t"

@@ -32,6 +32,7 @@
 #include "include/slot_store.p4"
 #include "include/tenancy.p4"
 #include "include/sketch.p4"
+#include "include/leaves.p4"
 
 control HotaggIngress(inout headers_t hdr,
                       inout local_metadata_t meta,
@@ -61,6 +62,10 @@ control HotaggIngress(inout headers_t hdr,
     Admission() admission;
     SketchConfig() sketch_config;
     Sketch() sketch;
+    // Aggregation at every leaf (leaves.p4, docs/design.md §7).
+    ServiceAddress() service;
+    ChainNext() chain;
+    FlushCount() flushes;
 
     @hidden
     action count_and_drop(stat_t reason) {
@@ -101,6 +106,26 @@ control HotaggIngress(inout headers_t hdr,
         hdr.udp.length = hdr.udp.length - removed_bytes;
     }
 
+    // FLUSH -> partial PUSH from this switch to the PS (docs/design.md §7): the entries the
+    // flush set valid grow both lengths; from the FLUSH's destination (this switch's service
+    // address) to its source, UDP port HOTAGG_PORT to HOTAGG_PORT (a request, which the
+    // switches on the way parse and the PS's socket receives); seq, worker_id, aux stay.
+    @hidden
+    action make_partial_push() {
+        bit<16> added_bytes = ((bit<16>)hdr.hotagg.count) * ENTRY_LEN;
+        hdr.ipv4.totalLen = hdr.ipv4.totalLen + added_bytes;
+        hdr.udp.length = hdr.udp.length + added_bytes;
+        hdr.udp.srcPort = HOTAGG_PORT;
+        hdr.udp.checksum = 0;
+        hdr.hotagg.op = OP_PUSH;
+        hdr.hotagg.flags = hdr.hotagg.flags | FLAG_FROM_SWITCH;
+        hdr.hotagg.mask = 0;
+        hdr.hotagg.cached = 0;
+        ipv4_addr_t addr = hdr.ipv4.srcAddr;
+        hdr.ipv4.srcAddr = hdr.ipv4.dstAddr;
+        hdr.ipv4.dstAddr = addr;
+    }
+
     @hidden
     action shrink_by_removed() {
         bit<16> removed_bytes = ((bit<16>)meta.removed_count) * ENTRY_LEN;
@@ -121,7 +146,9 @@ control HotaggIngress(inout headers_t hdr,
         meta.job.found = false;
         meta.sketch.on = false;
         meta.sketch.report = false;
+        meta.transit = false;
         bool switch_op = false;     // op 1, 3, 7 or 9 of a known job: processed here
+        bool flush = false;         // op 11 at its addressee: becomes a partial PUSH
 
         if (hdr.packet_out.isValid()) {
             // Step 1: from the controller.
@@ -146,8 +173,15 @@ control HotaggIngress(inout headers_t hdr,
                 }
             }
 
+            // Step 5a's lookup (leaves.p4): the service address, for PS ops and partial
+            // PUSHes only. Applied here, before the checks that use it below.
+            if (meta.is_hotagg && !meta.dropped && hdr.hotagg.isValid()) {
+                service.apply(hdr, meta);
+            }
+
             // Steps 4-5, requests only, in this order: MALFORMED (parser error, version, UDP
-            // length), UNKNOWN_OP, UNKNOWN_JOB, then FOREIGN_WORKER / FOREIGN_PS (tenancy).
+            // length), UNKNOWN_OP, TRANSIT, UNKNOWN_JOB, then FOREIGN_WORKER / FOREIGN_PS
+            // (tenancy).
             if (meta.is_hotagg && !meta.dropped && hdr.udp.dstPort == HOTAGG_PORT) {
                 if (standard_metadata.parser_error != error.NoError ||
                     !hdr.hotagg.isValid() ||
@@ -157,6 +191,10 @@ control HotaggIngress(inout headers_t hdr,
                     count_and_drop(STAT_MALFORMED);
                 } else if (hdr.hotagg.op == 0 || hdr.hotagg.op > OP_MAX) {
                     count_and_drop(STAT_UNKNOWN_OP);
+                } else if (meta.transit) {
+                    // Step 5a: a PS op for another switch's service address is routed on
+                    // unchecked, as a reply is; its addressee checks and answers it.
+                    stats.count(STAT_TRANSIT);
                 } else {
                     job_table.apply(hdr.hotagg.job_id, meta.job);
                     if (!meta.job.found) {
@@ -165,6 +203,7 @@ control HotaggIngress(inout headers_t hdr,
                         // Step 5b, tenancy: only from the (port, address) admitted for the
                         // job's worker (worker ops) or its PS (COLLECT, WRITEBACK).
                         bool ps_op = hdr.hotagg.op == OP_COLLECT ||
+                                     hdr.hotagg.op == OP_FLUSH ||
                                      hdr.hotagg.op == OP_WRITEBACK;
                         bool admitted;
                         admission.apply(hdr.hotagg.job_id, hdr.hotagg.worker_id,
@@ -193,6 +232,11 @@ control HotaggIngress(inout headers_t hdr,
                         count_and_drop(STAT_MALFORMED);
                     } else if (hdr.hotagg.worker_id >= MAX_WORKERS) {
                         count_and_drop(STAT_BAD_WORKER);
+                    } else if ((hdr.hotagg.flags & FLAG_FROM_SWITCH) != 0 &&
+                               meta.service_addr == 0) {
+                        // A partial PUSH where no service address is set (a spine): only
+                        // an aggregating switch absorbs it; routed on unchanged.
+                        stats.count(STAT_TRANSIT);
                     } else {
                         stats.count(STAT_PUSH);
                         DedupVerdict verdict;
@@ -225,6 +269,17 @@ control HotaggIngress(inout headers_t hdr,
                     stats.count(STAT_WRITEBACK);
                     switch_op = true;
                     meta.lookup_keys = true;
+                } else if (hdr.hotagg.op == OP_FLUSH) {
+                    // A FLUSH carries no entries and becomes a PUSH: its seq and worker_id
+                    // are checked as a PUSH's.
+                    if (hdr.hotagg.count != 0 || hdr.hotagg.seq == 0) {
+                        count_and_drop(STAT_MALFORMED);
+                    } else if (hdr.hotagg.worker_id >= MAX_WORKERS) {
+                        count_and_drop(STAT_BAD_WORKER);
+                    } else {
+                        stats.count(STAT_FLUSH);
+                        flush = true;
+                    }
                 } else {
                     // Ops 2, 4, 5, 6, 8, 10 pass unchanged.
                     stats.count(STAT_PASS);
@@ -258,9 +313,22 @@ control HotaggIngress(inout headers_t hdr,
                     // Applied entries are removed, shrinking count and both lengths;
                     // nothing left for the PS (every present entry applied): the switch acks.
                     if (meta.mask == meta.present) {
-                        remove_all_entries();
-                        make_reply(OP_PUSH_ACK);
-                        stats.count(STAT_PUSH_SWITCH_ACK);
+                        if ((hdr.hotagg.flags & FLAG_FROM_SWITCH) != 0) {
+                            // A partial PUSH absorbed whole (docs/design.md §7): never
+                            // acked; a fresh one is counted for the PS's COLLECT.
+                            if (meta.push_fresh) {
+                                flush_count_t absorbed;
+                                flushes.apply(true, meta.job.index, hdr.hotagg.iteration,
+                                              absorbed);
+                                stats.count(STAT_FLUSH_ABSORBED);
+                            }
+                            mark_to_drop(standard_metadata);
+                            meta.dropped = true;
+                        } else {
+                            remove_all_entries();
+                            make_reply(OP_PUSH_ACK);
+                            stats.count(STAT_PUSH_SWITCH_ACK);
+                        }
                     } else if (meta.mask != 0) {
                         HOTAGG_REMOVE_IF_APPLIED(0)
                         HOTAGG_REMOVE_IF_APPLIED(1)
@@ -283,12 +351,42 @@ control HotaggIngress(inout headers_t hdr,
                     }
                 } else if (hdr.hotagg.op == OP_COLLECT) {
                     hdr.hotagg.cached = meta.cached;
+                    // The partial PUSHes absorbed whole in this iteration (§7), mod 2^16.
+                    flush_count_t absorbed;
+                    flushes.apply(false, meta.job.index, hdr.hotagg.iteration, absorbed);
+                    hdr.hotagg.aux = (bit<16>)absorbed;
                     make_reply(OP_COLLECT_REPLY);
+                } else if ((hdr.hotagg.flags & FLAG_CHAIN) != 0) {
+                    // A chained WRITEBACK (§7): on to the next leaf, the PS still its
+                    // source; the last one acks it without the entries.
+                    chain.apply(meta);
+                    if (meta.chain_next != 0) {
+                        hdr.ipv4.dstAddr = meta.chain_next;
+                        stats.count(STAT_CHAIN_FORWARD);
+                    } else {
+                        remove_all_entries();
+                        make_reply(OP_WRITEBACK_ACK);
+                    }
                 } else {
                     make_reply(OP_WRITEBACK_ACK);
                 }
                 // A switch op the switch processed (and kept): no UDP checksum.
                 hdr.udp.checksum = 0;
+            }
+
+            // A FLUSH at its addressee (§7): the touched slots of its batch become the
+            // entries of a partial PUSH to the PS, routed below (not processed as a PUSH
+            // here: it is not parsed again in this pass).
+            if (flush) {
+                HOTAGG_FLUSH_ENTRY(0)
+                HOTAGG_FLUSH_ENTRY(1)
+                HOTAGG_FLUSH_ENTRY(2)
+                HOTAGG_FLUSH_ENTRY(3)
+                HOTAGG_FLUSH_ENTRY(4)
+                HOTAGG_FLUSH_ENTRY(5)
+                HOTAGG_FLUSH_ENTRY(6)
+                HOTAGG_FLUSH_ENTRY(7)
+                make_partial_push();
             }
 
             // Step 7: route on the (possibly swapped) destination.

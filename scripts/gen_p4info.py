@@ -205,6 +205,27 @@ def describe() -> Program:
             size=1,
         )
     )
+    # Aggregation at every leaf (leaves.p4), instantiated after the sketch.
+    prog.actions += [
+        Action(n.ACTION_SET_SERVICE_ADDRESS, (("addr", 32),)),
+        Action(n.ACTION_SET_CHAIN_NEXT, (("addr", 32),)),
+    ]
+    prog.tables += [
+        Table(
+            n.TABLE_SERVICE_ADDRESS,
+            keys=(),
+            actions=((n.ACTION_SET_SERVICE_ADDRESS, False),),
+            default=(n.ACTION_SET_SERVICE_ADDRESS, (0,)),
+            size=1,
+        ),
+        Table(
+            n.TABLE_CHAIN_NEXT,
+            keys=(),
+            actions=((n.ACTION_SET_CHAIN_NEXT, False),),
+            default=(n.ACTION_SET_CHAIN_NEXT, (0,)),
+            size=1,
+        ),
+    ]
     prog.counters.append(Counter(n.COUNTER_STATS, c.STATS_SIZE))
     prog.counters += [Counter(name, c.SKETCH_WIDTH) for name in n.SKETCH_ROW_COUNTERS]
     prog.registers += [
@@ -218,6 +239,10 @@ def describe() -> Program:
         Register(n.REGISTER_CACHE_KEY, 64, c.NUM_SLOTS),
     ]
     prog.registers += [Register(name, 64, c.SKETCH_WIDTH) for name in n.SKETCH_CELL_REGISTERS]
+    prog.registers += [
+        Register(n.REGISTER_FLUSH_COUNT, 32, c.FLUSH_COUNT_SIZE),
+        Register(n.REGISTER_FLUSH_ITER, 32, c.FLUSH_COUNT_SIZE),
+    ]
     prog.digests.append(Digest(n.DIGEST_SKETCH, n.DIGEST_SKETCH_FIELDS))
     prog.controller_headers += [
         ControllerHeader(n.PACKET_IN, "packet_in_header_t", (("ingress_port", 9), ("_pad", 7))),

@@ -668,8 +668,8 @@ def test_bad_input_is_counted_and_ignored(tmp_path) -> None:
     bad = {
         b"": "malformed",
         b"\x01\x01": "malformed",
-        HEADER.pack(2, 1, 0, 0, JOB, 0, 1, 1, 0, 0): "malformed",
-        HEADER.pack(1, 1, 0, 9, JOB, 0, 1, 1, 0, 0) + bytes(108): "malformed",
+        HEADER.pack(2, 1, 0, 0, JOB, 0, 1, 1, 0, 0, 0): "malformed",
+        HEADER.pack(1, 1, 0, 9, JOB, 0, 1, 1, 0, 0, 0) + bytes(108): "malformed",
         encode(Op.PUSH, JOB, 0, 0, 1, [2], [5]): "malformed",  # seq 0
         encode(42, JOB, 0, 1, 1): "unknown_op",
         encode(Op.PUSH, JOB + 1, 0, 1, 1, [2], [5]): "unknown_job",

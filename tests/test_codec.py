@@ -49,7 +49,7 @@ def random_message(rng: random.Random) -> Message:
         for _ in range(count)
     )
     return Message(
-        op=rng.choice([*list(Op), 0, 11, 255]),
+        op=rng.choice([*list(Op), 0, 12, 255]),
         flags=rng.getrandbits(8),
         job_id=rng.getrandbits(16),
         worker_id=rng.getrandbits(16),
@@ -59,6 +59,7 @@ def random_message(rng: random.Random) -> Message:
         keys=keys,
         values=values,
         cached=rng.getrandbits(8),
+        aux=rng.choice([0, 1, 0xFFFF, rng.getrandbits(16)]),
     )
 
 
@@ -73,19 +74,21 @@ def scapy_of(m: Message) -> Hotagg:
         iteration=m.iteration,
         mask=m.mask,
         cached=m.cached,
+        aux=m.aux,
         entries=[Entry(key=k, value=v) for k, v in zip(m.keys, m.values)],
     )
 
 
 def assert_same(m: Message, s: Hotagg) -> None:
     assert (s.version, s.op, s.flags, s.count) == (m.version, m.op, m.flags, m.count)
-    assert (s.job_id, s.worker_id, s.seq, s.iteration, s.mask, s.cached) == (
+    assert (s.job_id, s.worker_id, s.seq, s.iteration, s.mask, s.cached, s.aux) == (
         m.job_id,
         m.worker_id,
         m.seq,
         m.iteration,
         m.mask,
         m.cached,
+        m.aux,
     )
     assert [(e.key, e.value) for e in s.entries] == list(zip(m.keys, m.values))
 
@@ -123,20 +126,21 @@ def test_values_none_means_zero_and_numpy_inputs_accepted() -> None:
     assert m.keys == (5, KEY_MAX) and m.values == (INT32_MIN, INT32_MAX)
 
 
-def test_reserved_bytes_are_ignored_on_decode_but_cached_is_kept() -> None:
-    s = Hotagg(op=Op.PUSH, seq=1, cached=0x5A, reserved=0xABCD, entries=[Entry(key=1, value=2)])
+def test_cached_and_aux_survive_a_round_trip() -> None:
+    s = Hotagg(op=Op.FLUSH, seq=1, cached=0x5A, aux=0xABCD, entries=[Entry(key=1, value=2)])
     m = decode(bytes(s))
-    assert m.keys == (1,) and m.values == (2,) and m.cached == 0x5A
-    clean = Hotagg(op=Op.PUSH, seq=1, cached=0x5A, entries=[Entry(key=1, value=2)])
-    assert encode_message(m) == bytes(clean)
+    assert m.keys == (1,) and m.values == (2,) and m.cached == 0x5A and m.aux == 0xABCD
+    assert encode_message(m) == bytes(s)
 
 
-def test_cached_is_the_byte_after_mask() -> None:
-    """Byte 16 mask, 17 cached, 18-19 reserved: the P4 header and the switch rely on it."""
-    data = encode(Op.COLLECT_REPLY, 1, 0, 1, 1, [7], [9], mask=0x81, cached=0x3C)
-    assert data[16:20] == bytes([0x81, 0x3C, 0, 0])
+def test_cached_is_the_byte_after_mask_and_aux_the_last_two() -> None:
+    """Byte 16 mask, 17 cached, 18-19 aux (big endian): the P4 header and the switch rely
+    on it."""
+    data = encode(Op.COLLECT_REPLY, 1, 0, 1, 1, [7], [9], mask=0x81, cached=0x3C, aux=0x1234)
+    assert data[16:20] == bytes([0x81, 0x3C, 0x12, 0x34])
     assert Hotagg(data).cached == 0x3C and decode(data).cached == 0x3C
-    assert encode(Op.PUSH, 1, 0, 1, 1)[17] == 0  # cached defaults to 0
+    assert Hotagg(data).aux == 0x1234 and decode(data).aux == 0x1234
+    assert encode(Op.PUSH, 1, 0, 1, 1)[17:20] == bytes(3)  # cached and aux default to 0
 
 
 def test_pack_entries_matches_struct_encoding() -> None:
@@ -161,12 +165,12 @@ def test_pack_entries_matches_struct_encoding() -> None:
     [
         (b"", "short"),
         (bytes(HEADER_LEN - 1), "short"),
-        (HEADER.pack(1, 1, 0, 9, 0, 0, 1, 1, 0, 0) + bytes(12 * 9), "count 9"),
-        (HEADER.pack(1, 1, 0, 2, 0, 0, 1, 1, 0, 0) + bytes(12), "truncated"),
-        (HEADER.pack(2, 1, 0, 0, 0, 0, 1, 1, 0, 0), "version 2"),
-        (HEADER.pack(0, 1, 0, 0, 0, 0, 1, 1, 0, 0), "version 0"),
-        (HEADER.pack(1, 1, 0, 1, 0, 0, 1, 1, 0, 0) + bytes(13), "length"),
-        (HEADER.pack(1, 1, 0, 0, 0, 0, 1, 1, 0, 0) + b"x", "length"),
+        (HEADER.pack(1, 1, 0, 9, 0, 0, 1, 1, 0, 0, 0) + bytes(12 * 9), "count 9"),
+        (HEADER.pack(1, 1, 0, 2, 0, 0, 1, 1, 0, 0, 0) + bytes(12), "truncated"),
+        (HEADER.pack(2, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0), "version 2"),
+        (HEADER.pack(0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0), "version 0"),
+        (HEADER.pack(1, 1, 0, 1, 0, 0, 1, 1, 0, 0, 0) + bytes(13), "length"),
+        (HEADER.pack(1, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0) + b"x", "length"),
     ],
 )
 def test_malformed_input_raises_codec_error(data: bytes, why: str) -> None:

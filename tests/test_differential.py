@@ -255,7 +255,7 @@ class FrameGen:
                 "flags": self.rng.choice((FLAG_RETRANSMIT, self.rng.getrandbits(8))),
                 "mask": self.rng.getrandbits(8),
                 "cached": self.rng.getrandbits(8),
-                "reserved": self.rng.getrandbits(16),
+                "aux": self.rng.getrandbits(16),
             }
         return {}
 

@@ -41,7 +41,7 @@ ENTRIES = [(0, 0), (2**64 - 1, -(2**31)), (7, 2**31 - 1)]
     "op,entries,fields",
     [
         (Op.PUSH, ENTRIES, {"job_id": 1, "worker_id": 2, "seq": 3, "iteration": 4}),
-        (Op.COLLECT, ENTRIES[:1], {"flags": 0x41, "mask": 0xFF, "cached": 5, "reserved": 0xBEEF}),
+        (Op.COLLECT, ENTRIES[:1], {"flags": 0x41, "mask": 0xFF, "cached": 5, "aux": 0xBEEF}),
         (Op.PULL_REPLY, [], {"version": 9, "seq": 2**32 - 1}),
         (255, [(k, k) for k in range(MAX_ENTRIES + 1)], {"job_id": 65535}),  # count 9
     ],

@@ -333,7 +333,7 @@ def _malformed_cases():
         "version 2": (good[:42] + b"\x02" + good[43:], Stat.MALFORMED),
         "seq 0": (push(W1, 0, [(10, 1)]), Stat.MALFORMED),
         "op 0": (good[:43] + b"\x00" + good[44:], Stat.UNKNOWN_OP),
-        "op 11": (good[:43] + b"\x0b" + good[44:], Stat.UNKNOWN_OP),
+        "op 12": (good[:43] + b"\x0c" + good[44:], Stat.UNKNOWN_OP),
         "unknown job": (push(W1, 1, [(10, 1)], job=999), Stat.UNKNOWN_JOB),
         "worker 64": (push(W1, 1, [(10, 1)], worker=64), Stat.BAD_WORKER),
         "worker 64, not admitted": (push(W1, 1, [(10, 1)], worker=64), Stat.FOREIGN_WORKER),

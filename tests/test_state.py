@@ -275,8 +275,11 @@ def test_register():
 
 def test_schema_objects():
     tables = schema.build_tables()
-    assert len(tables) == 3 + 8 + 2 + 1  # ..., the lookups, admission, sketch_config
+    # ..., the lookups, admission, sketch_config, service_address and chain_next
+    assert len(tables) == 3 + 8 + 2 + 1 + 2
     assert tables[P + "sketch_config"].default() == (P + "set_sketch", (0, 0))  # off
+    assert tables[P + "service_address"].default() == (P + "set_service_address", (0,))
+    assert tables[P + "chain_next"].default() == (P + "set_chain_next", (0,))
     assert tables[P + "lookup7.hot_keys"].has_direct_counter
     workers, ps = tables[P + "worker_admission"], tables[P + "ps_admission"]
     assert [(f.name, f.bitwidth) for f in workers.fields] == [
@@ -294,6 +297,7 @@ def test_schema_objects():
     assert schema.build_counters()[P + "stats"].size == 32
     assert schema.build_counters()[P + "sketch_row1"].size == 4096
     assert (regs[P + "sketch_cells0"].size, regs[P + "sketch_cells0"].bitwidth) == (4096, 64)
+    assert (regs[P + "flush_count"].size, regs[P + "flush_iter"].bitwidth) == (32, 32)
 
 
 def p4info_of_schema() -> p4info_pb2.P4Info:

@@ -63,7 +63,7 @@ header udp_t {
  * +---------------------------------------------------------------+
  * |                           iteration                           |
  * +---------------+---------------+-------------------------------+
- * |     mask      |    cached     |         reserved (0)          |
+ * |     mask      |    cached     |              aux              |
  * +---------------+---------------+-------------------------------+
  *
  * followed by `count` entries (12 bytes each), count <= MAX_ENTRIES = 8:
@@ -75,10 +75,13 @@ header udp_t {
  * |                   value (32, two's complement)                |
  * +---------------------------------------------------------------+
  *
- * flags: bit 0 FROM_SWITCH, bit 1 RETRANSMIT, bit 2 INVALIDATE (COLLECT only). mask: bit i =
- * entry position i (meaning per op, docs/design.md §1). cached: per-entry bitmap set only in
- * COLLECT_REPLY (bit i: entry i's slot caches the expected key for iteration + 1); every other
- * op leaves it as it came. reserved: 0, ignored. value: fixed point, real = value / 2^16.
+ * flags: bit 0 FROM_SWITCH, bit 1 RETRANSMIT, bit 2 INVALIDATE (COLLECT only), bit 3 CHAIN
+ * (WRITEBACK only). mask: bit i = entry position i (meaning per op, docs/design.md §1).
+ * cached: per-entry bitmap set only in COLLECT_REPLY (bit i: entry i's slot caches the
+ * expected key for iteration + 1); every other op leaves it as it came. aux: FLUSH's batch
+ * (slot offsets 8 * aux .. 8 * aux + 7, kept in the partial PUSH it becomes), COLLECT_REPLY's
+ * flush count of (job, iteration) (leaves.p4); 0 elsewhere and ignored there. value: fixed
+ * point, real = value / 2^16.
  */
 header hotagg_t {
     bit<8>       version;
@@ -91,7 +94,7 @@ header hotagg_t {
     iteration_t  iteration;
     entry_mask_t mask;
     entry_mask_t cached;        // COLLECT_REPLY only; written by HotaggIngress after COLLECT
-    bit<16>      reserved;
+    bit<16>      aux;           // FLUSH: batch; COLLECT_REPLY: flush count; else 0, ignored
 }
 
 header entry_t {
@@ -169,6 +172,10 @@ struct local_metadata_t {
     entry_mask_t mask;          // the mask the op builds; becomes hdr.hotagg.mask
     entry_mask_t cached;        // COLLECT: the reply's `cached` bitmap
     bit<8>       removed_count; // PUSH: entries removed from the packet
+    // leaves.p4 (docs/design.md §7): service_address, read for PS ops and partial PUSHes.
+    ipv4_addr_t  service_addr;  // 0: none set (every switch answers PS ops, none absorbs)
+    bool         transit;       // a PS op addressed to another switch: routed on unchecked
+    ipv4_addr_t  chain_next;    // chained WRITEBACK: the next leaf's service address, or 0
     job_meta_t   job;
     entry_meta_t entry;
     sketch_meta_t sketch;

@@ -26,6 +26,8 @@
 #define HOTAGG_ID_ACTION_ADMIT 0x01000007  // HotaggIngress.admit
 #define HOTAGG_ID_ACTION_REFUSE 0x01000008  // HotaggIngress.refuse
 #define HOTAGG_ID_ACTION_SET_SKETCH 0x01000009  // HotaggIngress.set_sketch
+#define HOTAGG_ID_ACTION_SET_SERVICE_ADDRESS 0x0100000a  // HotaggIngress.set_service_address
+#define HOTAGG_ID_ACTION_SET_CHAIN_NEXT 0x0100000b  // HotaggIngress.set_chain_next
 
 // Tables (0x02)
 #define HOTAGG_ID_TABLE_IPV4_LPM 0x02000001  // HotaggIngress.ipv4_lpm
@@ -34,6 +36,8 @@
 #define HOTAGG_ID_TABLE_WORKER_ADMISSION 0x02000004  // HotaggIngress.worker_admission
 #define HOTAGG_ID_TABLE_PS_ADMISSION 0x02000005  // HotaggIngress.ps_admission
 #define HOTAGG_ID_TABLE_SKETCH_CONFIG 0x02000006  // HotaggIngress.sketch_config
+#define HOTAGG_ID_TABLE_SERVICE_ADDRESS 0x02000007  // HotaggIngress.service_address
+#define HOTAGG_ID_TABLE_CHAIN_NEXT 0x02000008  // HotaggIngress.chain_next
 
 // Counters (0x12)
 #define HOTAGG_ID_COUNTER_STATS 0x12000001  // HotaggIngress.stats
@@ -53,11 +57,13 @@
 #define HOTAGG_ID_REGISTER_CACHE_KEY 0x16000008  // HotaggIngress.cache_key
 #define HOTAGG_ID_REGISTER_SKETCH_CELLS0 0x16000009  // HotaggIngress.sketch_cells0
 #define HOTAGG_ID_REGISTER_SKETCH_CELLS1 0x1600000a  // HotaggIngress.sketch_cells1
+#define HOTAGG_ID_REGISTER_FLUSH_COUNT 0x1600000b  // HotaggIngress.flush_count
+#define HOTAGG_ID_REGISTER_FLUSH_ITER 0x1600000c  // HotaggIngress.flush_iter
 
 // Digests (0x17): none pinned. sketch_digest_t (sketch.p4) is named after its struct type,
 // and p4c ignores an @id there: it gets p4c's hashed id, 0x17159c53.
 
-// Next free: action 0x0100000a, table 0x02000007, counter 0x12000004,
-// direct counter 0x13000001, register 0x1600000b.
+// Next free: action 0x0100000c, table 0x02000009, counter 0x12000004,
+// direct counter 0x13000001, register 0x1600000d.
 
 #endif  /* HOTAGG_IDS_P4 */

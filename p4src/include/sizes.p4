@@ -36,9 +36,14 @@ const bit<32> IPV4_LPM_SIZE = 1024;
 // (= MAX_JOBS * MAX_WORKERS), and up to 4 PS hosts (shards) per job.
 const bit<32> WORKER_ADMISSION_SIZE = 1024;
 const bit<32> PS_ADMISSION_SIZE = 64;
-const bit<32> STATS_SIZE = 32;       // stats reasons 0..23 plus room to grow
+const bit<32> STATS_SIZE = 32;       // stats reasons 0..29 plus room to grow
 // drop_sim rate unit: rate = probability * DROP_SCALE; r is drawn from [0, DROP_SCALE - 1].
 const bit<32> DROP_SCALE = 65536;
+
+// flush_count and flush_iter (leaves.p4): one cell per (job_index, iteration parity).
+const bit<32> FLUSH_COUNT_SIZE = 32;    // 2 * MAX_JOBS
+// FLUSH batch: aux names slot offsets (aux << FLUSH_BATCH_BITS) .. + MAX_ENTRIES - 1.
+const bit<8>  FLUSH_BATCH_BITS = 3;     // log2(MAX_ENTRIES)
 
 // Requests go to this UDP destination port (0x4841, "HA"); the PS listens there.
 const bit<16> HOTAGG_PORT = 18497;

@@ -1,6 +1,6 @@
 /*
  * hotagg: the state of the NUM_SLOTS slots, shared by all jobs (docs/design.md §2, the
- * per-entry work of PUSH, PULL, COLLECT and WRITEBACK).
+ * per-entry work of PUSH, PULL, COLLECT and WRITEBACK, and of FLUSH, §7).
  *
  * Each slot has two aggregation copies by iteration parity (SwitchML's shadow copy): agg
  * index = (iteration & 1) << SLOT_BITS | slot, each tagged with the iteration and the key
@@ -52,7 +52,7 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
 
     // ---- aggregation copies ----
 
-    // COLLECT: the entry's slot state, located from the offset in its value (a hot
+    // COLLECT, FLUSH: the entry's slot state, located from the offset in its value (a hot
     // entry's is located by its hot-key lookup).
     @hidden
     action locate_from_value() {
@@ -86,6 +86,14 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
         agg_value.write(meta.entry.copy_index, copy_sum);
         meta.mask = meta.mask | meta.entry.position;
         stats.count(STAT_HOT_APPLIED);
+    }
+
+    // COLLECT, FLUSH: the entry becomes the copy's (key, sum).
+    @hidden
+    action take_copy() {
+        meta.entry.key = copy_key;
+        meta.entry.value = copy_value;
+        meta.mask = meta.mask | meta.entry.position;
     }
 
     // ---- cache cells ----
@@ -193,9 +201,17 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
                 }
                 if (touched) {
                     // A copy written in this iteration: the reply carries its key and sum.
-                    meta.entry.key = copy_key;
-                    meta.entry.value = copy_value;
-                    meta.mask = meta.mask | meta.entry.position;
+                    take_copy();
+                }
+            }
+        } else if (hdr.hotagg.op == OP_FLUSH) {
+            // The entry is the slot offset (HOTAGG_FLUSH_ENTRY); a copy written in this
+            // iteration becomes the partial PUSH's entry, one outside the job nothing.
+            if (slot_in_job(meta.job.slot_base, meta.job.slot_count, meta.entry.value)) {
+                locate_from_value();
+                read_copy();
+                if (copy_iter == hdr.hotagg.iteration) {
+                    take_copy();
                 }
             }
         } else if (meta.entry.hit) {

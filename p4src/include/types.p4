@@ -33,6 +33,7 @@ typedef bit<32> slot_t;
 typedef bit<32> reg_index_t;
 typedef bit<32> stat_t;         // cell of HotaggIngress.stats
 typedef bit<64> sketch_cell_t;  // sketch.p4: epoch (63..32) | reported (31) | count (30..0)
+typedef bit<32> flush_count_t;  // leaves.p4: partial PUSHes absorbed in an iteration
 
 /* ---- wire constants ---- */
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
@@ -42,7 +43,7 @@ const bit<4>  IPV4_IHL_NO_OPTIONS = 5;
 
 const bit<8>  HOTAGG_VERSION = 1;
 
-// Ops (docs/design.md §1). 1, 3, 7, 9 are processed by the switch; the rest pass through.
+// Ops (docs/design.md §1). 1, 3, 7, 9, 11 are processed by the switch; the rest pass through.
 const op_t OP_PUSH = 1;
 const op_t OP_PUSH_ACK = 2;
 const op_t OP_PULL = 3;
@@ -53,11 +54,13 @@ const op_t OP_COLLECT = 7;
 const op_t OP_COLLECT_REPLY = 8;
 const op_t OP_WRITEBACK = 9;
 const op_t OP_WRITEBACK_ACK = 10;
-const op_t OP_MAX = 10;         // ops above this (and 0) are UNKNOWN_OP
+const op_t OP_FLUSH = 11;       // PS -> remote leaf: becomes a partial PUSH (§7, leaves.p4)
+const op_t OP_MAX = 11;         // ops above this (and 0) are UNKNOWN_OP
 
 const flags_t FLAG_FROM_SWITCH = 0x01;  // set on replies the switch generates
 @noWarn("unused") const flags_t FLAG_RETRANSMIT = 0x02;  // informative only; the switch never reads it
 const flags_t FLAG_INVALIDATE = 0x04;   // COLLECT only: the mask untags cache entries
+const flags_t FLAG_CHAIN = 0x08;        // WRITEBACK only: go on to chain_next, ack at the end
 
 // Cells of HotaggIngress.stats (docs/design.md §2, "Stats reasons").
 const stat_t STAT_MALFORMED = 0;
@@ -85,7 +88,14 @@ const stat_t STAT_PASS = 21;
 // Tenancy (tenancy.p4): a request of a known job from a (ingress port, IPv4 source) the
 // controller did not admit; dropped before any register is read or written.
 const stat_t STAT_FOREIGN_WORKER = 22;  // a worker op not from that (job, worker id)'s admission
-const stat_t STAT_FOREIGN_PS = 23;      // COLLECT or WRITEBACK not from the job's PS
+const stat_t STAT_FOREIGN_PS = 23;      // COLLECT, WRITEBACK or FLUSH not from the job's PS
+// Aggregation at every leaf (leaves.p4, docs/design.md §7).
+// TRANSIT: routed on unchanged, a PS op addressed to another switch or a partial PUSH where
+// no service address is set.
+const stat_t STAT_TRANSIT = 26;
+const stat_t STAT_FLUSH = 27;           // FLUSH turned into a partial PUSH
+const stat_t STAT_FLUSH_ABSORBED = 28;  // fresh partial PUSH applied whole here: flush_count + 1
+const stat_t STAT_CHAIN_FORWARD = 29;   // chained WRITEBACK cached, then sent on to chain_next
 
 /* ---- parser errors ---- */
 // count > MAX_ENTRIES: the parser rejects before walking past the header stack. v1model
