@@ -684,7 +684,7 @@ MALFORMED_CASES = {
     "count 2 of 3": (_poke(frame(entries=E3), 45, 2), "MALFORMED"),
     "version 2": (frame(entries=E3, version=2, job_id=9), "MALFORMED"),
     "op 0": (frame(op=0, job_id=9), "UNKNOWN_OP"),
-    "op 11": (frame(op=11, job_id=9), "UNKNOWN_OP"),
+    "op 12": (frame(op=12, job_id=9), "UNKNOWN_OP"),
     "op 255": (frame(op=255), "UNKNOWN_OP"),
     "unknown job": (frame(job_id=9, seq=0), "UNKNOWN_JOB"),
     "unknown job pass": (frame(op=Op.DONE, job_id=9), "UNKNOWN_JOB"),

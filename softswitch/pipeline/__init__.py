@@ -53,6 +53,11 @@ class Pipeline:
         rows = [self.counters[c] for c in names.SKETCH_ROW_COUNTERS]
         self.sketch_rows = tuple((c.packets, c.bytes) for c in rows)
         self.sketch_cells = tuple(r[c].values for c in names.SKETCH_CELL_REGISTERS)
+        # aggregation at every leaf (leaves.py): keyless tables, the root's flush counts
+        self.t_service = self.tables[names.TABLE_SERVICE_ADDRESS]
+        self.t_chain = self.tables[names.TABLE_CHAIN_NEXT]
+        self.flush_count = r[names.REGISTER_FLUSH_COUNT].values
+        self.flush_iter = r[names.REGISTER_FLUSH_ITER].values
         # Receives each digest (job_id, key, epoch, estimate) the pipeline emits; the
         # P4Runtime server sets it (p4rt/digests.py). None: digests are kept in `digests`.
         self.digest_sink: Callable[[tuple[int, ...]], None] | None = None

@@ -7,13 +7,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from contract.constants import ENTRY_LEN, FLAG_INVALIDATE, NUM_SLOTS, Op, Stat
+from softswitch.pipeline.leaves import flush_count
 from softswitch.pipeline.parser import (
     ENTRIES,
     ENTRY,
     ENTRY_LISTS,
+    HA_AUX,
     HA_CACHED,
     HA_FLAGS,
     HA_MASK,
+    U16,
     make_reply,
     processed,
 )
@@ -38,7 +41,8 @@ def collect(p: Pipeline, frame: bytes, nbytes: int, count: int, job: tuple, it: 
     the cache holds the expected key tagged it + 1 after this pass (so a repeated COLLECT
     reports the same). With FLAG_INVALIDATE, a set bit instead untags a cache entry that holds
     the expected key. An offset outside the job's range is left as it is and counts no
-    BAD_SLOT: that stat is for hot-key table offsets only.
+    BAD_SLOT: that stat is for hot-key table offsets only. The reply's aux is the job's
+    count of partial PUSHes absorbed whole in iteration `it` (mod 2^16, section 7).
     """
     sp, sb = p.stats_packets, p.stats_bytes
     sp[COLLECT] += 1
@@ -81,5 +85,6 @@ def collect(p: Pipeline, frame: bytes, nbytes: int, count: int, job: tuple, it: 
         sb[CACHE_WRITE] += written * nbytes
     processed(out, mask)
     out[HA_CACHED] = cached
+    U16.pack_into(out, HA_AUX, flush_count(p, job[0], it) & 0xFFFF)
     make_reply(out, COLLECT_REPLY)
     return out

@@ -1,4 +1,4 @@
-"""HotaggIngress.apply: the order of checks of docs/design.md section 2, steps 1-7 (and 5b)."""
+"""HotaggIngress.apply: the order of checks of docs/design.md section 2, steps 1-7 (and 5a, 5b)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING
 from contract.constants import (
     CPU_PORT,
     ENTRY_LEN,
+    FLAG_FROM_SWITCH,
     HEADER_LEN,
     HOTAGG_PORT,
     MAX_ENTRIES,
+    MAX_WORKERS,
     VERSION,
     Op,
     Stat,
@@ -17,10 +19,12 @@ from contract.constants import (
 from softswitch.pipeline.collect import collect
 from softswitch.pipeline.forwarding import Output, packet_out, route
 from softswitch.pipeline.jobs import SET_JOB
+from softswitch.pipeline.leaves import flush, service_address
 from softswitch.pipeline.parser import (
     ENTRIES,
     HA,
     HOTAGG,
+    IP_DST,
     IP_SRC,
     MIN_IPV4,
     MIN_UDP,
@@ -43,10 +47,15 @@ SIM_DROP = Stat.SIM_DROP.value
 PASS = Stat.PASS.value
 FOREIGN_WORKER = Stat.FOREIGN_WORKER.value
 FOREIGN_PS = Stat.FOREIGN_PS.value
+TRANSIT = Stat.TRANSIT.value
+BAD_WORKER = Stat.BAD_WORKER.value
 OP_PUSH = Op.PUSH.value
 OP_PULL = Op.PULL.value
 OP_COLLECT = Op.COLLECT.value
 OP_WRITEBACK = Op.WRITEBACK.value
+OP_FLUSH = Op.FLUSH.value
+# the PS's ops: ps_admission, and answered only at their service address once one is set
+PS_OPS = frozenset({OP_COLLECT, OP_WRITEBACK, OP_FLUSH})
 LAST_OP = max(Op).value
 UDP_BASE_LEN = 8 + HEADER_LEN  # udp.length of a request without entries (28)
 
@@ -80,7 +89,7 @@ def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
         sp[MALFORMED] += 1
         sb[MALFORMED] += n
         return []
-    version, op, _flags, count, job_id, worker, seq, it, _mask = HOTAGG.unpack_from(frame, HA)
+    version, op, flags, count, job_id, worker, seq, it, _mask = HOTAGG.unpack_from(frame, HA)
     if (
         count > MAX_ENTRIES
         or n < ENTRIES + ENTRY_LEN * count
@@ -90,11 +99,22 @@ def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
         sp[MALFORMED] += 1
         sb[MALFORMED] += n
         return []
-    # step 5: unknown op before unknown job
+    # step 5: unknown op, then transit (5a), then unknown job
     if op == 0 or op > LAST_OP:
         sp[UNKNOWN_OP] += 1
         sb[UNKNOWN_OP] += n
         return []
+    # step 5a (leaves.py): the service address, read for PS ops and partial PUSHes only; a PS
+    # op addressed to another switch is routed on unchecked, as a reply is
+    partial = op == OP_PUSH and flags & FLAG_FROM_SWITCH
+    service = 0
+    if partial or op in PS_OPS:
+        service = service_address(p)
+        dst = int.from_bytes(frame[IP_DST : IP_DST + 4], "big")
+        if not partial and service and dst != service:
+            sp[TRANSIT] += 1
+            sb[TRANSIT] += n
+            return route(p, bytearray(frame), ingress_port, True, n)
     # the jobs table (jobs.py): the action that runs decides, so a default set_job serves too
     rec = p.t_jobs._entries.get(job_id) or p.t_jobs._default_rec
     if rec[0] != SET_JOB:
@@ -103,8 +123,8 @@ def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
         return []
     job = rec[1]
     # step 5b, tenancy (tenancy.py): from the (port, address) admitted for the job's worker
-    # (worker ops) or its PS (COLLECT, WRITEBACK), before any register is touched
-    ps_op = op in (OP_COLLECT, OP_WRITEBACK)
+    # (worker ops) or its PS (COLLECT, WRITEBACK, FLUSH), before any register is touched
+    ps_op = op in PS_OPS
     src = int.from_bytes(frame[IP_SRC : IP_SRC + 4], "big")
     if not admitted(p, ps_op, job_id, worker, ingress_port, src):
         reason = FOREIGN_PS if ps_op else FOREIGN_WORKER
@@ -113,13 +133,30 @@ def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
         return []
     # step 6
     if op == OP_PUSH:
-        return push(p, frame, n, count, job_id, job, worker, seq, it, ingress_port)
+        if partial and not service and seq and worker < MAX_WORKERS:
+            # a well-formed partial PUSH where no service address is set (a spine): only an
+            # aggregating switch absorbs it, this one routes it on unchanged
+            sp[TRANSIT] += 1
+            sb[TRANSIT] += n
+            return route(p, bytearray(frame), ingress_port, True, n)
+        return push(p, frame, n, count, job_id, job, worker, seq, it, ingress_port, partial)
     if op == OP_PULL:
         out = pull(p, frame, n, count, job_id, job, it)
     elif op == OP_COLLECT:
         out = collect(p, frame, n, count, job, it)
     elif op == OP_WRITEBACK:
-        out = writeback(p, frame, n, count, job_id, job, it)
+        out = writeback(p, frame, n, count, job_id, job, it, flags)
+    elif op == OP_FLUSH:
+        # it carries no entries and becomes a PUSH: checked as a PUSH's seq and worker_id
+        if count or not seq:
+            sp[MALFORMED] += 1
+            sb[MALFORMED] += n
+            return []
+        if worker >= MAX_WORKERS:
+            sp[BAD_WORKER] += 1
+            sb[BAD_WORKER] += n
+            return []
+        out = flush(p, frame, n, job, it)
     else:
         sp[PASS] += 1
         sb[PASS] += n

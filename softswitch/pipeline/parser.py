@@ -31,6 +31,7 @@ HA_FLAGS = HA + 2
 HA_COUNT = HA + 3
 HA_MASK = HA + 16
 HA_CACHED = HA + 17
+HA_AUX = HA + 18
 ENTRIES = HA + HEADER_LEN  # 62
 MIN_IPV4 = IP + 20
 MIN_UDP = UDP + 8
@@ -41,7 +42,7 @@ DROP_PORT = 511  # v1model/BMv2: egress_spec 511 drops the packet
 U16 = Struct("!H")
 U32 = Struct("!I")
 UDP_HDR = Struct("!HHH")  # src port, dst port, length
-# version, op, flags, count, job_id, worker_id, seq, iteration, mask (reserved not decoded)
+# version, op, flags, count, job_id, worker_id, seq, iteration, mask (cached, aux not decoded)
 HOTAGG = Struct("!BBBBHHIIB")
 ENTRY = Struct("!Qi")
 VALUE = Struct("!i")

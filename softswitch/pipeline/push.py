@@ -1,4 +1,5 @@
-"""PUSH: deduplication by (job, worker, seq) and aggregation into iteration-tagged slots."""
+"""PUSH: deduplication by (job, worker, seq) and aggregation into iteration-tagged slots; a
+partial PUSH (FROM_SWITCH, docs/design.md section 7) applied whole is absorbed, not acked."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from softswitch.pipeline.forwarding import (
     route,
 )
 from softswitch.pipeline.hot_key_lookup import BAD_SLOT, SET_SLOT
+from softswitch.pipeline.leaves import absorb
 from softswitch.pipeline.parser import (
     ENTRIES,
     ENTRY_LISTS,
@@ -51,6 +53,7 @@ COLD_FORWARDED = Stat.COLD_FORWARDED.value
 OVERFLOW = Stat.OVERFLOW.value
 SLOT_CONFLICT = Stat.SLOT_CONFLICT.value
 PUSH_SWITCH_ACK = Stat.PUSH_SWITCH_ACK.value
+FLUSH_ABSORBED = Stat.FLUSH_ABSORBED.value
 PUSH_ACK = Op.PUSH_ACK.value
 WINDOW_MASK = DEDUP_WINDOW - 1
 MASK_BITS = tuple(bin(m).count("1") for m in range(256))
@@ -140,8 +143,12 @@ def push(
     seq: int,
     it: int,
     ingress_port: int,
+    partial: int = 0,
 ) -> Output:
-    """The PUSH block of docs/design.md, then routing; returns the frames to emit."""
+    """The PUSH block of docs/design.md, then routing; returns the frames to emit.
+    `partial`: the FROM_SWITCH flag, at a switch with a service address (one that absorbs
+    partial PUSHes)."""
+
     sp, sb = p.stats_packets, p.stats_bytes
     if seq == 0:
         sp[MALFORMED] += 1
@@ -155,6 +162,7 @@ def push(
     sb[PUSH] += nbytes
     d = ((job[0] & 15) << 12) | ((worker & WORKER_MASK) << 6) | (seq & WINDOW_MASK)
     last = p.dedup_seq[d]
+    fresh = False
     if last == seq:
         sp[PUSH_DUP] += 1
         sb[PUSH_DUP] += nbytes
@@ -176,6 +184,14 @@ def push(
                     p.digest_sink(digest)
         p.dedup_seq[d] = seq
         p.dedup_mask[d] = mask
+        fresh = True
+    if mask == FULL[count] and partial:
+        # a partial PUSH absorbed whole: never acked; a fresh one counts for the PS's COLLECT
+        if fresh:
+            absorb(p, job[0], it)
+            sp[FLUSH_ABSORBED] += 1
+            sb[FLUSH_ABSORBED] += nbytes
+        return []
     if mask == FULL[count]:
         # everything was applied here: the switch acks, nothing goes to the PS
         sp[PUSH_SWITCH_ACK] += 1

@@ -1,12 +1,23 @@
-"""WRITEBACK: the PS fills the parameter cache for the hot keys, tagged with an iteration."""
+"""WRITEBACK: the PS fills the parameter cache for the hot keys, tagged with an iteration; a
+chained one (docs/design.md section 7) goes on to the next leaf, and the last one acks it."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from contract.constants import Op, Stat
+from contract.constants import ENTRY_LEN, FLAG_CHAIN, Op, Stat
 from softswitch.pipeline.hot_key_lookup import lookup_slots
-from softswitch.pipeline.parser import ENTRIES, ENTRY_LISTS, make_reply, processed
+from softswitch.pipeline.leaves import chain_next
+from softswitch.pipeline.parser import (
+    ENTRIES,
+    ENTRY_LISTS,
+    HA_COUNT,
+    IP_DST,
+    U32,
+    make_reply,
+    processed,
+    shrink_lengths,
+)
 
 if TYPE_CHECKING:
     from softswitch.pipeline import Pipeline
@@ -14,12 +25,22 @@ if TYPE_CHECKING:
 WRITEBACK = Stat.WRITEBACK.value
 CACHE_WRITE = Stat.CACHE_WRITE.value
 WRITEBACK_ACK = Op.WRITEBACK_ACK.value
+CHAIN_FORWARD = Stat.CHAIN_FORWARD.value
 
 
 def writeback(
-    p: Pipeline, frame: bytes, nbytes: int, count: int, job_id: int, job: tuple, it: int
+    p: Pipeline,
+    frame: bytes,
+    nbytes: int,
+    count: int,
+    job_id: int,
+    job: tuple,
+    it: int,
+    flags: int = 0,
 ) -> bytearray:
-    """Cache every entry whose key is hot here; the ack's mask says which."""
+    """Cache every entry whose key is hot here; the ack's mask says which. With FLAG_CHAIN
+    the WRITEBACK goes on to chain_next's address (its mask saying what this switch cached),
+    or, at the last leaf, the ack carries no entries."""
     sp, sb = p.stats_packets, p.stats_bytes
     sp[WRITEBACK] += 1
     sb[WRITEBACK] += nbytes
@@ -38,7 +59,20 @@ def writeback(
     if written:
         sp[CACHE_WRITE] += written
         sb[CACHE_WRITE] += written * nbytes
-    out = bytearray(frame)
+    if flags & FLAG_CHAIN:
+        nxt = chain_next(p)
+        if nxt:
+            out = bytearray(frame)
+            processed(out, mask)
+            U32.pack_into(out, IP_DST, nxt)
+            sp[CHAIN_FORWARD] += 1
+            sb[CHAIN_FORWARD] += nbytes
+            return out
+        out = bytearray(frame[:ENTRIES]) + frame[ENTRIES + ENTRY_LEN * count :]
+        out[HA_COUNT] = 0
+        shrink_lengths(out, ENTRY_LEN * count)
+    else:
+        out = bytearray(frame)
     processed(out, mask)
     make_reply(out, WRITEBACK_ACK)
     return out
