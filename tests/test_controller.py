@@ -42,6 +42,7 @@ from controller.errors import (
 from controller.forwarding import Forwarding, Route, compute_routes, load_routes_topology
 from controller.hot_keys import HotKeys
 from controller.jobs import Jobs
+from controller.leaves import ChainNext, ServiceAddress, address_of
 from controller.p4info import P4Info
 from controller.stats import Stats
 from controller.tenancy import Admission, Tenancy, admission, admissions_from_topology
@@ -441,6 +442,29 @@ def test_drop_rate_reaches_the_data_plane(client: SwitchClient, switch: Switch) 
     for bad in (-0.1, 1.5, float("nan")):
         with pytest.raises(BadInput):
             rate_of(bad)
+
+
+def test_service_address_and_chain_next_reach_the_data_plane(
+    client: SwitchClient, switch: Switch
+) -> None:
+    tables = switch.pipeline.tables
+    for cls, name, action in (
+        (ServiceAddress, "service_address", "set_service_address"),
+        (ChainNext, "chain_next", "set_chain_next"),
+    ):
+        setting = cls(client, switch.p4info)
+        assert setting.get() == 0
+        assert setting.set("10.0.2.254") == 0x0A0002FE == setting.get()
+        assert tables["HotaggIngress." + name].default() == (
+            "HotaggIngress." + action,
+            (0x0A0002FE,),
+        )
+        setting.clear()
+        assert setting.get() == 0 and tables["HotaggIngress." + name].default()[1] == (0,)
+    assert address_of(0x0A000001) == address_of("10.0.0.1")
+    for bad in ("10.0.0.256", "h1", "", -1, 1 << 32):
+        with pytest.raises(BadInput):
+            address_of(bad)
 
 
 TUTORIAL_TOPO = {
