@@ -24,6 +24,7 @@ Exit codes (one line on stderr, never a traceback, for every expected failure):
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -49,6 +50,7 @@ from controller.errors import (
     TableFull,
     UnknownJob,
 )
+from controller.leaves import AddressTable, ChainNext, ServiceAddress
 from controller.online import estimators, policy
 from controller.tenancy import PORT_MAX
 
@@ -529,6 +531,26 @@ def _add_loss_verbs(verbs: argparse._SubParsersAction) -> None:
     )
 
 
+def _address_verbs(
+    kind: type[AddressTable], what: str
+) -> Callable[[argparse._SubParsersAction], None]:
+    """The verbs of a keyless address table of aggregation at every leaf (docs/design.md
+    section 7): set IPV4, show, clear."""
+
+    def add(verbs: argparse._SubParsersAction) -> None:
+        set_ = verbs.add_parser("set", help=what)
+        set_.add_argument("address", metavar="IPV4")
+        set_.set_defaults(func=functools.partial(commands.address_set, kind))
+        verbs.add_parser("show", help="the address set (or none)").set_defaults(
+            func=functools.partial(commands.address_show, kind)
+        )
+        verbs.add_parser("clear", help="no address (0)").set_defaults(
+            func=functools.partial(commands.address_clear, kind)
+        )
+
+    return add
+
+
 # The nouns in the order --help lists them: name, help, the function that adds its verbs.
 NOUNS: tuple[tuple[str, str, Callable[[argparse._SubParsersAction], None]], ...] = (
     ("pipeline", "forwarding pipeline config", _add_pipeline_verbs),
@@ -539,6 +561,20 @@ NOUNS: tuple[tuple[str, str, Callable[[argparse._SubParsersAction], None]], ...]
     ("counters", "direct counters of the hot-key tables", _add_counters_verbs),
     ("stats", "the switch's stats counter", _add_stats_verbs),
     ("loss", "the data-plane drop simulator", _add_loss_verbs),
+    (
+        "service-address",
+        "the address the PS sends this switch's COLLECT, WRITEBACK and FLUSH to",
+        _address_verbs(
+            ServiceAddress,
+            "answer PS ops only when addressed here, absorb partial PUSHes (aggregating "
+            "switches only)",
+        ),
+    ),
+    (
+        "chain-next",
+        "where a chained WRITEBACK goes after this switch cached it",
+        _address_verbs(ChainNext, "the next leaf's service address"),
+    ),
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import time
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from controller.forwarding import Forwarding, compute_routes, load_routes_topolo
 from controller.hot_keys import HotKeys
 from controller.hotset import choose, combine, load_stats
 from controller.jobs import Jobs
+from controller.leaves import AddressTable, ChainNext, ServiceAddress
 from controller.online.estimators import ChangeRateEstimator, RateEstimator
 from controller.online.loop import OnlineController
 from controller.online.observation import RateSource
@@ -413,3 +415,29 @@ def loss_show(s: Session) -> Output:
     rate = DropSim(s.client, s.p4info()).get()
     text = f"drop probability {rate / DROP_SCALE:.6g} (rate {rate}/{DROP_SCALE})"
     return {"rate": rate, "probability": rate / DROP_SCALE}, text
+
+
+# --- aggregation at every leaf: service-address, chain-next ---
+
+_UNSET = {
+    ServiceAddress: "none: PS ops are answered whatever their address, partial PUSHes pass",
+    ChainNext: "none: this switch is the last of a WRITEBACK chain and acks it",
+}
+
+
+def _address(kind: type[AddressTable], value: int) -> Output:
+    shown = str(ipaddress.IPv4Address(value)) if value else None
+    return {"address": shown}, shown or _UNSET[kind]
+
+
+def address_set(kind: type[AddressTable], s: Session) -> Output:
+    return _address(kind, kind(s.client, s.p4info()).set(s.args.address))
+
+
+def address_show(kind: type[AddressTable], s: Session) -> Output:
+    return _address(kind, kind(s.client, s.p4info()).get())
+
+
+def address_clear(kind: type[AddressTable], s: Session) -> Output:
+    kind(s.client, s.p4info()).clear()
+    return _address(kind, 0)

@@ -96,6 +96,24 @@ def test_workflow_in_human_and_json_form(capsys, monkeypatch, bare_switch: Switc
     assert rc == 0 and json.loads(out) == []
 
 
+def test_service_address_and_chain_next_set_show_and_clear(capsys, switch: Switch) -> None:
+    a, t = switch.addr, switch.pipeline.tables
+    for noun, name in (("service-address", "service_address"), ("chain-next", "chain_next")):
+        rc, out, _ = ctl(capsys, a, noun, "show")
+        assert rc == 0 and out.startswith("none: ")
+        rc, out, _ = ctl(capsys, a, noun, "set", "10.0.2.254")
+        assert rc == 0 and out.strip() == "10.0.2.254"
+        assert t["HotaggIngress." + name].default()[1] == (0x0A0002FE,)
+        rc, out, _ = ctl(capsys, a, "--json", noun, "show")
+        assert rc == 0 and json.loads(out) == {"address": "10.0.2.254"}
+        rc, _, err = ctl(capsys, a, noun, "set", "10.0.2")
+        assert rc == 5 and "not an IPv4 address" in one_line_error(err)
+        assert t["HotaggIngress." + name].default()[1] == (0x0A0002FE,)  # unchanged
+        rc, out, _ = ctl(capsys, a, "--json", noun, "clear")
+        assert rc == 0 and json.loads(out) == {"address": None}
+        assert t["HotaggIngress." + name].default()[1] == (0,)
+
+
 def test_tenancy_from_a_topology_and_by_hand(capsys, switch: Switch) -> None:
     a, t = switch.addr, switch.pipeline.tables
     topo = str(REPO / "topologies" / "star.json")
