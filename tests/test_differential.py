@@ -20,6 +20,11 @@ Left out, because the targets cannot agree on them by construction:
   and the registers make the outputs depend on that order. Bursts never mix ingress ports;
 - frames shorter than 14 bytes: the kernel refuses to send them into a veth at all.
 
+Aggregation at every leaf (docs/design.md section 7): FLUSHes, partial PUSHes (FROM_SWITCH,
+from h4 as a remote leaf's pseudo-worker) and chained WRITEBACKs, and PS ops addressed to the
+service address or elsewhere, while the service address and chain_next change (`WRITES`):
+unset, set to an unrouted address, to h1's, cleared.
+
 Tenancy: the controller admits some (job, worker, port, address) and (job, PS, port, address)
 tuples and not others (`admit_initial`), the frames come from admitted and non-admitted
 (port, source address) pairs (a worker's port with its own address, another host's port,
@@ -50,6 +55,8 @@ from scapy.layers.l2 import Ether
 from contract.codec import ipv4_checksum
 from contract.constants import (
     CPU_PORT,
+    FLAG_CHAIN,
+    FLAG_FROM_SWITCH,
     FLAG_INVALIDATE,
     FLAG_RETRANSMIT,
     HOTAGG_PORT,
@@ -62,11 +69,12 @@ from contract.constants import (
 )
 from contract.layers import Hotagg
 from contract.names import SKETCH_ROW_COUNTERS, hot_keys_table
+from controller.leaves import ChainNext, ServiceAddress
 from controller.p4info import encode as encode_value
 from controller.sketch import Sketch
 from controller.stats import Stats
 from tests.conftest import TEST_JOBS, SwitchUnderTest, running_switch
-from tests.packet_harness import N_PORTS, frame, host_mac, plain_udp
+from tests.packet_harness import N_PORTS, frame, host_ip, host_mac, plain_udp
 
 # Both targets at once, and thousands of frames with a marker round after each: slow.
 pytestmark = [pytest.mark.root, pytest.mark.bmv2, pytest.mark.slow]
@@ -119,10 +127,32 @@ def serve_unknown_jobs(sut: SwitchUnderTest) -> None:
 
 WORKERS = {W1: (JOB, (0, 2)), W2: (JOB, (1, 3)), W4: (OTHER_JOB, (0, 1))}  # port -> job, ids
 
+# Aggregation at every leaf: the service address the switch takes (10.0.0.254, unrouted), and
+# the pseudo-worker id under which h4 sends partial PUSHes of job 1 (a remote leaf's).
+SERVICE = 254
+PSEUDO = 40
+
+
+def leaves(service: int | None, chain: int | None):
+    """Set (or clear, None) the service address and chain_next to those hosts' addresses."""
+
+    def write(sut: SwitchUnderTest) -> None:
+        ServiceAddress(sut.client, sut.p4info).set(host_ip(service) if service else 0)
+        ChainNext(sut.client, sut.p4info).set(host_ip(chain) if chain else 0)
+
+    return write
+
+
 # Admissions besides conftest.TEST_ADMISSIONS (job 1's workers 0 and 1 on ports 1 and 2, job
 # 2's worker 0 on port 4, h3 both jobs' PS): (job, worker id or None for the PS, port, host).
 # Job 1's worker 3 (port 2) and job 2's worker 1 (port 4) start without one.
-ADMISSIONS = ((JOB, 2, W1, W1), (3, 0, W1, W1), (3, None, PS, PS), (4, 1, W2, W2))
+ADMISSIONS = (
+    (JOB, 2, W1, W1),
+    (3, 0, W1, W1),
+    (3, None, PS, PS),
+    (4, 1, W2, W2),
+    (JOB, PSEUDO, W4, W4),
+)
 ADMISSION_TABLES = ("HotaggIngress.worker_admission", "HotaggIngress.ps_admission")
 
 
@@ -163,6 +193,8 @@ def sketch(sut: SwitchUnderTest, epoch: int, threshold: int = SKETCH_THRESHOLD) 
 # Controller writes during the sequence, to both targets before the frame at that fraction
 # of it. A drop rate of 1 (65536/65536) drops every hotagg packet on both, deterministically.
 WRITES = (
+    (0.1, leaves(SERVICE, W1)),
+    (0.2, leaves(SERVICE, None)),
     (0.3, lambda sut: sketch(sut, 2, 2)),
     (0.35, move_admissions),
     (0.4, lambda sut: sketch(sut, 2, 0)),
@@ -170,6 +202,8 @@ WRITES = (
     (0.5, move_hot_keys),
     (0.6, lambda sut: sut.drop_rate(1.0)),
     (0.63, lambda sut: sut.drop_rate(0.0)),
+    (0.66, leaves(None, SERVICE)),
+    (0.75, leaves(PS, W1)),
     (0.7, serve_unknown_jobs),
     (0.8, admission_default("admit")),
     (0.9, admission_default("refuse")),
@@ -334,20 +368,90 @@ class FrameGen:
         )
         return data, "pull"
 
+    def ps_op_dst(self) -> int:
+        """Where the PS addresses a COLLECT, WRITEBACK or FLUSH: the service address the
+        switch has (or had, or will have), or another host."""
+        return SERVICE if self.rng.random() < 0.4 else self.dst(self.rng.choice((W1, PS)))
+
     def writeback(self, port: int) -> tuple[bytes, str]:
         job = self.job(self.rng.choice((JOB, JOB, OTHER_JOB)))
         it = self.rng.choice((self.iteration, self.iteration + 1, self.iteration_near()))
+        chained = self.rng.random() < 0.3
         data = frame(
             port,
-            self.dst(self.rng.choice((W1, PS))),
+            self.ps_op_dst(),
             Op.WRITEBACK,
             self.entries(job),
             seq=self.rng.randint(1, 50),
             iteration=it,
             job_id=job,
-            **self.header_noise(),
+            **{**self.header_noise(), **({"flags": FLAG_CHAIN} if chained else {})},
         )
-        return data, "writeback"
+        return data, "writeback chained" if chained else "writeback"
+
+    def flush(self, port: int) -> tuple[bytes, str]:
+        """A FLUSH of one batch of the job's slots (or past them); now and then with entries,
+        seq 0 or a worker id the switch refuses."""
+        job = self.job(self.rng.choice((JOB, JOB, OTHER_JOB)))
+        r = self.rng.random()
+        batch = self.rng.randrange(SLOTS // MAX_ENTRIES + 1) if r < 0.85 else self.rng.choice(
+            (SLOTS // MAX_ENTRIES, 0xFFFF, self.rng.getrandbits(16)))  # fmt: skip
+        r = self.rng.random()
+        entries, seq, worker, kind = [], self.rng.randint(1, 1000), PSEUDO, "flush"
+        if r < 0.05:
+            entries, kind = self.entries(job, 1), "flush with an entry"
+        elif r < 0.08:
+            seq, kind = 0, "flush seq 0"
+        elif r < 0.11:
+            worker, kind = self.rng.choice((64, 65535)), "flush worker >= MAX_WORKERS"
+        data = frame(
+            port,
+            self.ps_op_dst(),
+            Op.FLUSH,
+            entries,
+            sport=self.rng.choice((HOTAGG_PORT, HOTAGG_PORT, 40003)),
+            seq=seq,
+            iteration=self.rng.choice((self.iteration, self.iteration - 1, self.iteration_near())),
+            job_id=job,
+            worker_id=worker,
+            aux=batch,
+            flags=self.rng.choice((0, 0, FLAG_RETRANSMIT, self.rng.getrandbits(8))),
+            mask=self.rng.choice((0, 0, self.rng.getrandbits(8))),
+        )
+        return data, kind
+
+    def partial(self, port: int) -> tuple[bytes, str]:
+        """A partial PUSH (FROM_SWITCH) of job 1's pseudo-worker, as a remote leaf sends it:
+        fresh, duplicated, or with a seq the dedup window refuses."""
+        history = self.sent_pushes.setdefault(-port, [])
+        last = self.seqs.get((JOB, PSEUDO), 0)
+        r = self.rng.random()
+        if r < 0.15 and history:
+            return self.rng.choice(history[-20:]), "partial push duplicate (byte for byte)"
+        seq, kind = last + 1, "partial push"
+        if r < 0.2 and last > 64:
+            seq, kind = last - 64, "partial push stale seq"
+        else:
+            self.seqs[(JOB, PSEUDO)] = seq
+        n = self.rng.choice((0, 0, 1, 2, 4, 8))
+        hot = list(HOT[JOB])[:16]
+        entries = [(self.rng.choice(hot) if self.rng.random() < 0.85 else self.key(JOB),
+                    self.value()) for _ in range(n)]  # fmt: skip
+        data = frame(
+            port,
+            self.dst(PS),
+            Op.PUSH,
+            entries,
+            sport=HOTAGG_PORT,
+            seq=seq,
+            iteration=self.iteration_near(),
+            job_id=JOB,
+            worker_id=PSEUDO,
+            flags=FLAG_FROM_SWITCH | self.rng.choice((0, 0, FLAG_RETRANSMIT)),
+            aux=self.rng.getrandbits(16),
+        )
+        history.append(data)
+        return data, kind
 
     def collect(self, port: int) -> tuple[bytes, str]:
         job = self.job(self.rng.choice((JOB, JOB, OTHER_JOB)))
@@ -365,7 +469,7 @@ class FrameGen:
         kind = "collect" + (" invalidate" if flags else "") + (" refresh" if mask else "")
         data = frame(
             port,
-            self.dst(self.rng.choice((W1, PS))),
+            self.ps_op_dst(),
             Op.COLLECT,
             entries,
             seq=self.rng.randint(1, 50),
@@ -396,7 +500,8 @@ class FrameGen:
     # invalid and other traffic, mostly a valid frame changed
 
     def invalid(self, port: int) -> tuple[bytes, str]:
-        base, _ = self.rng.choice((self.push, self.pull, self.collect, self.writeback))(port)
+        makers = (self.push, self.pull, self.collect, self.writeback, self.flush, self.partial)
+        base, _ = self.rng.choice(makers)(port)
         n = len(base)
         case = self.rng.choice(
             (
@@ -490,8 +595,13 @@ class FrameGen:
         return data, case
 
     def one(self, port: int) -> tuple[bytes, str]:
-        makers = (self.push, self.pull, self.passing, self.collect, self.writeback, self.invalid)
-        weights = (10, 5, 15, 30, 20, 20) if port == PS else (50, 15, 5, 5, 5, 20)
+        makers = (self.push, self.pull, self.passing, self.collect, self.writeback,
+                  self.flush, self.partial, self.invalid)  # fmt: skip
+        # the PS sends PS ops, h4 (job 2's worker) also partial PUSHes as a remote leaf
+        weights = {
+            PS: (10, 5, 15, 30, 20, 15, 2, 20),
+            W4: (40, 15, 5, 5, 5, 3, 25, 20),
+        }.get(port, (50, 15, 5, 5, 5, 3, 3, 20))
         data, kind = self.rng.choices(makers, weights)[0](port)
         if self.rng.random() < 0.08 and len(data) >= 34 and data[12:14] == b"\x08\x00":
             # Another host's source address on this port (a spoofer, or a stale admission).
@@ -905,6 +1015,10 @@ def test_targets_agree_on_a_long_random_sequence(targets):
             "PASS",
             "FOREIGN_WORKER",
             "FOREIGN_PS",
+            "TRANSIT",
+            "FLUSH",
+            "FLUSH_ABSORBED",
+            "CHAIN_FORWARD",
         ):
             assert stats[name][0] > 0, f"the sequence never caused {name}"
         assert len(targets[0].sketch_digests) > 10, "the sketch reported (almost) nothing"
