@@ -106,12 +106,30 @@ control HotaggIngress(inout headers_t hdr,
         hdr.udp.length = hdr.udp.length - removed_bytes;
     }
 
-    // FLUSH -> partial PUSH from this switch to the PS (docs/design.md §7): the entries the
-    // flush set valid grow both lengths; from the FLUSH's destination (this switch's service
-    // address) to its source, UDP port HOTAGG_PORT to HOTAGG_PORT (a request, which the
-    // switches on the way parse and the PS's socket receives); seq, worker_id, aux stay.
+    // FLUSH (docs/design.md §7): entry position i carries slot offset (aux << 3) + i, so
+    // HOTAGG_PROCESS_ENTRY walks the batch with the SlotStore it already applies per
+    // position (a SlotStore of its own would enlarge every packet's PHV).
+    @hidden
+    action load_flush_batch() {
+        value_t first = ((value_t)hdr.hotagg.aux) << FLUSH_BATCH_BITS;
+        HOTAGG_LOAD_OFFSET(0)
+        HOTAGG_LOAD_OFFSET(1)
+        HOTAGG_LOAD_OFFSET(2)
+        HOTAGG_LOAD_OFFSET(3)
+        HOTAGG_LOAD_OFFSET(4)
+        HOTAGG_LOAD_OFFSET(5)
+        HOTAGG_LOAD_OFFSET(6)
+        HOTAGG_LOAD_OFFSET(7)
+    }
+
+    // FLUSH -> partial PUSH from this switch to the PS: the untouched positions were
+    // removed, the rest (count of them) grow both lengths; from the FLUSH's destination (this
+    // switch's service address) to its source, UDP port HOTAGG_PORT to HOTAGG_PORT (a
+    // request, which the switches on the way parse and the PS's socket receives); seq,
+    // worker_id and aux stay.
     @hidden
     action make_partial_push() {
+        hdr.hotagg.count = MAX_ENTRIES - meta.removed_count;
         bit<16> added_bytes = ((bit<16>)hdr.hotagg.count) * ENTRY_LEN;
         hdr.ipv4.totalLen = hdr.ipv4.totalLen + added_bytes;
         hdr.udp.length = hdr.udp.length + added_bytes;
@@ -148,7 +166,6 @@ control HotaggIngress(inout headers_t hdr,
         meta.sketch.report = false;
         meta.transit = false;
         bool switch_op = false;     // op 1, 3, 7 or 9 of a known job: processed here
-        bool flush = false;         // op 11 at its addressee: becomes a partial PUSH
 
         if (hdr.packet_out.isValid()) {
             // Step 1: from the controller.
@@ -174,8 +191,10 @@ control HotaggIngress(inout headers_t hdr,
             }
 
             // Step 5a's lookup (leaves.p4): the service address, for PS ops and partial
-            // PUSHes only. Applied here, before the checks that use it below.
-            if (meta.is_hotagg && !meta.dropped && hdr.hotagg.isValid()) {
+            // PUSHes only. Applied here, before the checks that use it below; a worker's
+            // PUSH (the hot path) passes with this one condition.
+            if (meta.is_hotagg && !meta.dropped && hdr.hotagg.isValid() &&
+                (hdr.hotagg.op != OP_PUSH || (hdr.hotagg.flags & FLAG_FROM_SWITCH) != 0)) {
                 service.apply(hdr, meta);
             }
 
@@ -277,8 +296,13 @@ control HotaggIngress(inout headers_t hdr,
                     } else if (hdr.hotagg.worker_id >= MAX_WORKERS) {
                         count_and_drop(STAT_BAD_WORKER);
                     } else {
+                        // At its addressee (§7): its 8 offsets go through the entry
+                        // positions as a COLLECT's would; the touched ones become the
+                        // entries of a partial PUSH (below).
                         stats.count(STAT_FLUSH);
-                        flush = true;
+                        switch_op = true;
+                        meta.rewrite = true;
+                        load_flush_batch();
                     }
                 } else {
                     // Ops 2, 4, 5, 6, 8, 10 pass unchanged.
@@ -356,6 +380,19 @@ control HotaggIngress(inout headers_t hdr,
                     flushes.apply(false, meta.job.index, hdr.hotagg.iteration, absorbed);
                     hdr.hotagg.aux = (bit<16>)absorbed;
                     make_reply(OP_COLLECT_REPLY);
+                } else if (hdr.hotagg.op == OP_FLUSH) {
+                    // The slots of the batch written in this iteration stay, in offset
+                    // order (the deparser emits valid elements only); routed to the PS
+                    // below, not processed as a PUSH here (no second parse in this pass).
+                    HOTAGG_KEEP_IF_TOUCHED(0)
+                    HOTAGG_KEEP_IF_TOUCHED(1)
+                    HOTAGG_KEEP_IF_TOUCHED(2)
+                    HOTAGG_KEEP_IF_TOUCHED(3)
+                    HOTAGG_KEEP_IF_TOUCHED(4)
+                    HOTAGG_KEEP_IF_TOUCHED(5)
+                    HOTAGG_KEEP_IF_TOUCHED(6)
+                    HOTAGG_KEEP_IF_TOUCHED(7)
+                    make_partial_push();
                 } else if ((hdr.hotagg.flags & FLAG_CHAIN) != 0) {
                     // A chained WRITEBACK (§7): on to the next leaf, the PS still its
                     // source; the last one acks it without the entries.
@@ -372,21 +409,6 @@ control HotaggIngress(inout headers_t hdr,
                 }
                 // A switch op the switch processed (and kept): no UDP checksum.
                 hdr.udp.checksum = 0;
-            }
-
-            // A FLUSH at its addressee (§7): the touched slots of its batch become the
-            // entries of a partial PUSH to the PS, routed below (not processed as a PUSH
-            // here: it is not parsed again in this pass).
-            if (flush) {
-                HOTAGG_FLUSH_ENTRY(0)
-                HOTAGG_FLUSH_ENTRY(1)
-                HOTAGG_FLUSH_ENTRY(2)
-                HOTAGG_FLUSH_ENTRY(3)
-                HOTAGG_FLUSH_ENTRY(4)
-                HOTAGG_FLUSH_ENTRY(5)
-                HOTAGG_FLUSH_ENTRY(6)
-                HOTAGG_FLUSH_ENTRY(7)
-                make_partial_push();
             }
 
             // Step 7: route on the (possibly swapped) destination.

@@ -16,9 +16,8 @@
 #ifndef HOTAGG_LEAVES_P4
 #define HOTAGG_LEAVES_P4
 
-// Step 5a, applied once per request: the service address of this switch, read only for
-// the ops that need it (PS ops and partial PUSHes), and whether a PS op is for another
-// switch. Takes hdr and meta whole (p4c copies narrower arguments at every call).
+// Step 5a: the service address of this switch, read only for the ops that need it (PS ops
+// and partial PUSHes), and whether a PS op is for another switch. Takes hdr and meta whole (p4c copies narrower arguments at every call).
 control ServiceAddress(in headers_t hdr, inout local_metadata_t meta) {
 
     @name(".HotaggIngress.set_service_address") @id(HOTAGG_ID_ACTION_SET_SERVICE_ADDRESS)
@@ -36,11 +35,11 @@ control ServiceAddress(in headers_t hdr, inout local_metadata_t meta) {
         size = 1;
     }
 
+    // Applied to requests other than a worker's PUSH (HotaggIngress checks that much).
     apply {
         bool ps_op = hdr.hotagg.op == OP_COLLECT || hdr.hotagg.op == OP_WRITEBACK ||
                      hdr.hotagg.op == OP_FLUSH;
-        if (ps_op || (hdr.hotagg.op == OP_PUSH &&
-                      (hdr.hotagg.flags & FLAG_FROM_SWITCH) != 0)) {
+        if (ps_op || hdr.hotagg.op == OP_PUSH) {
             service_address.apply();
             if (ps_op && meta.service_addr != 0 && hdr.ipv4.dstAddr != meta.service_addr) {
                 meta.transit = true;
@@ -110,19 +109,20 @@ control FlushCount(in bool absorb,
     }
 }
 
-// FLUSH, entry position I (docs/design.md §7): slot offset (aux << 3) + I. SlotStore reads
-// its copy of this iteration; a copy tagged with it becomes entry I, (key, sum). Entries are
-// set valid in position order, and the deparser emits only valid elements, so the partial
-// PUSH carries the touched slots in offset order.
-#define HOTAGG_FLUSH_ENTRY(I)                                                         \
-    meta.entry.position = 8w1 << I;                                                   \
-    meta.entry.value = (((value_t)hdr.hotagg.aux) << FLUSH_BATCH_BITS) + I;           \
-    slots.apply(hdr, meta);                                                           \
-    if ((meta.mask & (8w1 << I)) != 0) {                                              \
-        hdr.entries[I].setValid();                                                    \
-        hdr.entries[I].key = meta.entry.key;                                          \
-        hdr.entries[I].value = meta.entry.value;                                      \
-        hdr.hotagg.count = hdr.hotagg.count + 1;                                      \
+// FLUSH, entry position I (docs/design.md §7): made valid with (key 0, slot offset first +
+// I), inside HotaggIngress's load_flush_batch action (`first` = aux << 3). SlotStore then
+// turns a position whose copy was written in this iteration into (key, sum) and sets its
+// mask bit.
+#define HOTAGG_LOAD_OFFSET(I)                                                         \
+    hdr.entries[I].setValid();                                                        \
+    hdr.entries[I].key = 0;                                                           \
+    hdr.entries[I].value = first + I;
+
+// After the positions: an untouched one is removed (removed_count counts them).
+#define HOTAGG_KEEP_IF_TOUCHED(I)                                                     \
+    if ((meta.mask & (8w1 << I)) == 0) {                                              \
+        hdr.entries[I].setInvalid();                                                  \
+        meta.removed_count = meta.removed_count + 1;                                  \
     }
 
 #endif  /* HOTAGG_LEAVES_P4 */

@@ -205,7 +205,7 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
                 }
             }
         } else if (hdr.hotagg.op == OP_FLUSH) {
-            // The entry is the slot offset (HOTAGG_FLUSH_ENTRY); a copy written in this
+            // The entry is the slot offset (load_flush_batch); a copy written in this
             // iteration becomes the partial PUSH's entry, one outside the job nothing.
             if (slot_in_job(meta.job.slot_base, meta.job.slot_count, meta.entry.value)) {
                 locate_from_value();
