@@ -118,6 +118,7 @@ class Stat(IntEnum):
     PASS = _p4("STAT_PASS")
     FOREIGN_WORKER = _p4("STAT_FOREIGN_WORKER")
     FOREIGN_PS = _p4("STAT_FOREIGN_PS")
+    TTL_EXPIRED = _p4("STAT_TTL_EXPIRED")
 
 
 def _check_declares_every_const(enum: type[IntEnum], prefix: str, *not_members: str) -> None:

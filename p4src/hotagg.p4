@@ -181,6 +181,13 @@ control HotaggIngress(inout headers_t hdr,
                 }
             }
 
+            // Step 5c: a checked request that came with TTL 0 or 1 could not be routed on,
+            // forwarded or answered (step 7 would drop it): dropped here, before step 6 reads
+            // or writes any register, so a frame that goes nowhere changes no state.
+            if (meta.job.found && !meta.dropped && hdr.ipv4.ttl <= 1) {
+                count_and_drop(STAT_TTL_EXPIRED);
+            }
+
             // Step 6: a checked request of a known job.
             if (meta.job.found && !meta.dropped) {
                 // Entries 0..count-1 are present (count <= MAX_ENTRIES, checked by the parser).

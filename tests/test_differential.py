@@ -26,6 +26,9 @@ tuples and not others (`admit_initial`), the frames come from admitted and non-a
 a spoofed address), and the admissions change mid-run (`WRITES`), including both tables'
 default turned to admit and back.
 
+TTL: some frames of every kind (requests, replies, plain UDP, frames to the CPU) carry TTL 0,
+1 or 2, so both the check before processing (step 5c) and the one at routing (step 7) run.
+
 HOTAGG_DIFF_SEED picks another sequence and HOTAGG_DIFF_FRAMES its length, e.g.
 `HOTAGG_DIFF_SEED=7 HOTAGG_DIFF_FRAMES=5000 pytest tests/test_differential.py`.
 """
@@ -467,7 +470,7 @@ class FrameGen:
             dst = bytes([10, 0, rng.choice((2, 3, 3)), rng.randint(0, 255)])
             data = ip_checksum(patch(base, 30, dst))
         elif case == "ttl edge":
-            data = ip_checksum(patch(base, 22, bytes([rng.choice((0, 1, 255))])))
+            data = ip_checksum(patch(base, 22, bytes([rng.choice((0, 1, 2, 255))])))
         elif case == "bad IPv4 checksum":
             data = patch(base, 24, rng.randbytes(2))
         elif case == "trailing bytes":  # after the UDP datagram, as Ethernet padding
@@ -497,6 +500,10 @@ class FrameGen:
             # Another host's source address on this port (a spoofer, or a stale admission).
             host = self.rng.choice([h for h in PORTS if h != port])
             data, kind = ip_checksum(patch(data, 26, bytes([10, 0, 0, host]))), kind + ", spoofed"
+        if self.rng.random() < 0.04 and len(data) >= 34 and data[12:14] == b"\x08\x00":
+            # Any kind of frame (reply, plain UDP, to the CPU) near the end of its TTL.
+            ttl = self.rng.choice((0, 1, 1, 2))
+            data, kind = ip_checksum(patch(data, 22, bytes([ttl]))), kind + f", TTL {ttl}"
         return data, kind
 
     def packet_out(self) -> Frame:
@@ -905,6 +912,7 @@ def test_targets_agree_on_a_long_random_sequence(targets):
             "PASS",
             "FOREIGN_WORKER",
             "FOREIGN_PS",
+            "TTL_EXPIRED",
         ):
             assert stats[name][0] > 0, f"the sequence never caused {name}"
         assert len(targets[0].sketch_digests) > 10, "the sketch reported (almost) nothing"

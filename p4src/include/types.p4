@@ -86,6 +86,9 @@ const stat_t STAT_PASS = 21;
 // controller did not admit; dropped before any register is read or written.
 const stat_t STAT_FOREIGN_WORKER = 22;  // a worker op not from that (job, worker id)'s admission
 const stat_t STAT_FOREIGN_PS = 23;      // COLLECT or WRITEBACK not from the job's PS
+// Any IPv4 packet, hotagg or not, that ipv4_forward would send on with TTL 0 (it came with
+// TTL 0 or 1), and a checked hotagg request that came with TTL 0 or 1 (before it is processed).
+const stat_t STAT_TTL_EXPIRED = 24;
 
 /* ---- parser errors ---- */
 // count > MAX_ENTRIES: the parser rejects before walking past the header stack. v1model

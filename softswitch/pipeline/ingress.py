@@ -1,4 +1,4 @@
-"""HotaggIngress.apply: the order of checks of docs/design.md section 2, steps 1-7 (and 5b)."""
+"""HotaggIngress.apply: the order of checks of docs/design.md section 2, steps 1-7 (and 5b, 5c)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from softswitch.pipeline.parser import (
     HA,
     HOTAGG,
     IP_SRC,
+    IP_TTL,
     MIN_IPV4,
     MIN_UDP,
     PROTO_UDP,
@@ -43,6 +44,7 @@ SIM_DROP = Stat.SIM_DROP.value
 PASS = Stat.PASS.value
 FOREIGN_WORKER = Stat.FOREIGN_WORKER.value
 FOREIGN_PS = Stat.FOREIGN_PS.value
+TTL_EXPIRED = Stat.TTL_EXPIRED.value
 OP_PUSH = Op.PUSH.value
 OP_PULL = Op.PULL.value
 OP_COLLECT = Op.COLLECT.value
@@ -110,6 +112,12 @@ def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
         reason = FOREIGN_PS if ps_op else FOREIGN_WORKER
         sp[reason] += 1
         sb[reason] += n
+        return []
+    # step 5c: TTL 0 or 1 could not be routed on (step 7 would drop it), so it is dropped
+    # before step 6 reads or writes any register
+    if frame[IP_TTL] <= 1:
+        sp[TTL_EXPIRED] += 1
+        sb[TTL_EXPIRED] += n
         return []
     # step 6
     if op == OP_PUSH:
