@@ -119,6 +119,7 @@ class Stat(IntEnum):
     FOREIGN_WORKER = _p4("STAT_FOREIGN_WORKER")
     FOREIGN_PS = _p4("STAT_FOREIGN_PS")
     TTL_EXPIRED = _p4("STAT_TTL_EXPIRED")
+    FOREIGN_REPLY = _p4("STAT_FOREIGN_REPLY")
 
 
 def _check_declares_every_const(enum: type[IntEnum], prefix: str, *not_members: str) -> None:
@@ -150,6 +151,9 @@ KEY_MAX = (1 << 64) - 1
 
 # Ops the switch processes; every other valid op is forwarded unchanged.
 SWITCH_OPS = frozenset({Op.PUSH, Op.PULL, Op.COLLECT, Op.WRITEBACK})
+# Replies a worker takes: the switch passes them only from where the job's PS's traffic
+# arrives (ps_admission, docs/design.md section 2, "Tenancy").
+WORKER_REPLY_OPS = frozenset({Op.PUSH_ACK, Op.PULL_REPLY, Op.DONE_ACK})
 REPLY_OP = {
     Op.PUSH: Op.PUSH_ACK,
     Op.PULL: Op.PULL_REPLY,

@@ -146,36 +146,54 @@ control HotaggIngress(inout headers_t hdr,
                 }
             }
 
-            // Steps 4-5, requests only, in this order: MALFORMED (parser error, version, UDP
-            // length), UNKNOWN_OP, UNKNOWN_JOB, then FOREIGN_WORKER / FOREIGN_PS (tenancy).
-            if (meta.is_hotagg && !meta.dropped && hdr.udp.dstPort == HOTAGG_PORT) {
+            // Steps 4-5, requests and replies alike, in this order: MALFORMED (parser error,
+            // version, UDP length), UNKNOWN_OP; then requests UNKNOWN_JOB, and tenancy:
+            // FOREIGN_WORKER / FOREIGN_PS for requests, FOREIGN_REPLY for replies.
+            if (meta.is_hotagg && !meta.dropped) {
+                bool request = hdr.udp.dstPort == HOTAGG_PORT;
+                bool check_origin = false;  // step 5b applies
+                bool ps_op = true;          // ps_admission decides (else worker_admission)
+                // A reply's entries are not extracted (parse_reply): the frame must hold
+                // them, as the parser checks for a request's.
                 if (standard_metadata.parser_error != error.NoError ||
                     !hdr.hotagg.isValid() ||
                     hdr.hotagg.version != HOTAGG_VERSION ||
                     hdr.udp.length != UDP_HEADER_LEN + HEADER_LEN +
-                                      ((bit<16>)hdr.hotagg.count) * ENTRY_LEN) {
+                                      ((bit<16>)hdr.hotagg.count) * ENTRY_LEN ||
+                    (!request && standard_metadata.packet_length <
+                                 ETH_IPV4_LEN + (bit<32>)hdr.udp.length)) {
                     count_and_drop(STAT_MALFORMED);
                 } else if (hdr.hotagg.op == 0 || hdr.hotagg.op > OP_MAX) {
                     count_and_drop(STAT_UNKNOWN_OP);
-                } else {
+                } else if (request) {
                     job_table.apply(hdr.hotagg.job_id, meta.job);
                     if (!meta.job.found) {
                         count_and_drop(STAT_UNKNOWN_JOB);
                     } else {
-                        // Step 5b, tenancy: only from the (port, address) admitted for the
-                        // job's worker (worker ops) or its PS (COLLECT, WRITEBACK).
-                        bool ps_op = hdr.hotagg.op == OP_COLLECT ||
-                                     hdr.hotagg.op == OP_WRITEBACK;
-                        bool admitted;
-                        admission.apply(hdr.hotagg.job_id, hdr.hotagg.worker_id,
-                                        standard_metadata.ingress_port, hdr.ipv4.srcAddr,
-                                        ps_op, admitted);
-                        if (!admitted) {
-                            if (ps_op) {
-                                count_and_drop(STAT_FOREIGN_PS);
-                            } else {
-                                count_and_drop(STAT_FOREIGN_WORKER);
-                            }
+                        check_origin = true;
+                        ps_op = hdr.hotagg.op == OP_COLLECT || hdr.hotagg.op == OP_WRITEBACK;
+                    }
+                } else if (hdr.hotagg.op == OP_PUSH_ACK || hdr.hotagg.op == OP_PULL_REPLY ||
+                           hdr.hotagg.op == OP_DONE_ACK) {
+                    // A reply a worker takes: only from where its job's PS's traffic arrives
+                    // (the switch's own replies carry the PS's address and come that way).
+                    check_origin = true;
+                }
+                // Step 5b, tenancy: only from the (port, address) admitted for the job's
+                // worker (worker ops) or its PS (COLLECT, WRITEBACK, and replies to workers).
+                // One call site: p4c applies each of Admission's tables at most once.
+                if (check_origin) {
+                    bool admitted;
+                    admission.apply(hdr.hotagg.job_id, hdr.hotagg.worker_id,
+                                    standard_metadata.ingress_port, hdr.ipv4.srcAddr,
+                                    ps_op, admitted);
+                    if (!admitted) {
+                        if (!request) {
+                            count_and_drop(STAT_FOREIGN_REPLY);
+                        } else if (ps_op) {
+                            count_and_drop(STAT_FOREIGN_PS);
+                        } else {
+                            count_and_drop(STAT_FOREIGN_WORKER);
                         }
                     }
                 }

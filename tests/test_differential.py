@@ -21,10 +21,10 @@ Left out, because the targets cannot agree on them by construction:
 - frames shorter than 14 bytes: the kernel refuses to send them into a veth at all.
 
 Tenancy: the controller admits some (job, worker, port, address) and (job, PS, port, address)
-tuples and not others (`admit_initial`), the frames come from admitted and non-admitted
-(port, source address) pairs (a worker's port with its own address, another host's port,
-a spoofed address), and the admissions change mid-run (`WRITES`), including both tables'
-default turned to admit and back.
+tuples and not others (`admit_initial`), the frames (requests, and replies to workers and to
+the PS) come from admitted and non-admitted (port, source address) pairs (a worker's port
+with its own address, another host's port, a spoofed address), and the admissions change
+mid-run (`WRITES`), including both tables' default turned to admit and back.
 
 TTL: some frames of every kind (requests, replies, plain UDP, frames to the CPU) carry TTL 0,
 1 or 2, so both the check before processing (step 5c) and the one at routing (step 7) run.
@@ -53,6 +53,7 @@ from scapy.layers.l2 import Ether
 from contract.codec import ipv4_checksum
 from contract.constants import (
     CPU_PORT,
+    FLAG_FROM_SWITCH,
     FLAG_INVALIDATE,
     FLAG_RETRANSMIT,
     HOTAGG_PORT,
@@ -63,6 +64,7 @@ from contract.constants import (
     NUM_SLOTS,
     Op,
 )
+from contract.frames import CLIENT_SPORT
 from contract.layers import Hotagg
 from contract.names import SKETCH_ROW_COUNTERS, hot_keys_table
 from controller.p4info import encode as encode_value
@@ -396,10 +398,36 @@ class FrameGen:
         )
         return data, f"pass {op.name}"
 
+    def reply(self, port: int) -> tuple[bytes, str]:
+        """A reply (source port 18497) to a worker or the PS, from this port's host or with
+        the PS's address: the ones a worker takes pass only from where the job's PS is."""
+        op = self.rng.choice(
+            (Op.PUSH_ACK, Op.PULL_REPLY, Op.DONE_ACK, Op.COLLECT_REPLY, Op.WRITEBACK_ACK)
+        )
+        job = self.job(self.rng.choice((JOB, OTHER_JOB)))
+        src = self.rng.choice((port, PS))
+        dst = self.dst(self.rng.choice((W1, W2, W4)))
+        data = frame(
+            src,
+            dst,
+            op,
+            self.entries(job),
+            sport=HOTAGG_PORT,
+            dport=CLIENT_SPORT + dst,
+            seq=self.rng.randint(0, 100),
+            iteration=self.iteration_near(),
+            job_id=job,
+            worker_id=self.worker_of(dst),
+            flags=self.rng.choice((0, 0, FLAG_FROM_SWITCH)),
+            mask=self.rng.getrandbits(8),
+        )
+        return data, f"reply {op.name} as host {src}"
+
     # invalid and other traffic, mostly a valid frame changed
 
     def invalid(self, port: int) -> tuple[bytes, str]:
-        base, _ = self.rng.choice((self.push, self.pull, self.collect, self.writeback))(port)
+        makers = (self.push, self.pull, self.collect, self.writeback, self.reply)
+        base, _ = self.rng.choice(makers)(port)
         n = len(base)
         case = self.rng.choice(
             (
@@ -493,8 +521,11 @@ class FrameGen:
         return data, case
 
     def one(self, port: int) -> tuple[bytes, str]:
-        makers = (self.push, self.pull, self.passing, self.collect, self.writeback, self.invalid)
-        weights = (10, 5, 15, 30, 20, 20) if port == PS else (50, 15, 5, 5, 5, 20)
+        makers = (
+            self.push, self.pull, self.passing, self.collect, self.writeback, self.reply,
+            self.invalid,
+        )  # fmt: skip
+        weights = (10, 5, 15, 30, 20, 20, 20) if port == PS else (50, 15, 5, 5, 5, 8, 20)
         data, kind = self.rng.choices(makers, weights)[0](port)
         if self.rng.random() < 0.08 and len(data) >= 34 and data[12:14] == b"\x08\x00":
             # Another host's source address on this port (a spoofer, or a stale admission).
@@ -913,6 +944,7 @@ def test_targets_agree_on_a_long_random_sequence(targets):
             "FOREIGN_WORKER",
             "FOREIGN_PS",
             "TTL_EXPIRED",
+            "FOREIGN_REPLY",
         ):
             assert stats[name][0] > 0, f"the sequence never caused {name}"
         assert len(targets[0].sketch_digests) > 10, "the sketch reported (almost) nothing"

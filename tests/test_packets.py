@@ -529,11 +529,11 @@ def test_a_request_with_ttl_1_is_dropped_before_it_changes_any_state(sut):
     assert pull(sut, [11], iteration=1).port == PS
 
 
-def to_address(ttl: int, dst_ip: str, src: int = W1, sport: int = 5000) -> bytes:
+def to_address(ttl: int, dst_ip: str, src: int = W1) -> bytes:
     """A UDP frame from host `src` to any address (the harness's hosts are 10.0.0.1-4)."""
     return encode_frame(
         b"ttl test", src_mac=host_mac(src), dst_mac=SWITCH_MAC, src_ip=host_ip(src),
-        dst_ip=dst_ip, sport=sport, dport=9, ttl=ttl,
+        dst_ip=dst_ip, sport=5000, dport=9, ttl=ttl,
     )  # fmt: skip
 
 
@@ -573,7 +573,10 @@ def test_ttl_on_the_cpu_paths(sut):
 
 def test_an_unrouted_frame_with_ttl_1_counts_no_route(sut):
     """The route's action decides: `drop` counts NO_ROUTE (hotagg only), not TTL_EXPIRED."""
-    dropped_as(sut, PS, to_address(1, "10.9.9.9", src=PS, sport=HOTAGG_PORT), Stat.NO_ROUTE)
+    unrouted = 9  # 10.0.0.9: no route
+    data = frame(PS, unrouted, Op.PUSH_ACK, [], sport=HOTAGG_PORT, dport=CLIENT_SPORT + W1,
+                 ttl=1, seq=1, iteration=1, job_id=JOB)  # fmt: skip
+    dropped_as(sut, PS, data, Stat.NO_ROUTE)
 
 
 # --- tenancy: forged traffic from hosts of another job (docs/design.md §2, "Tenancy") ---
@@ -689,3 +692,70 @@ def test_every_worker_op_needs_the_workers_admission_and_changes_apply_at_once(s
     assert collect(sut, 1, job=OTHER_JOB) == {}
     sut.admit(JOB, None, PS)
     assert collect(sut, 1) == {10: 7}
+
+
+# --- replies: only from where the job's PS is (docs/design.md §2, "Tenancy") ---
+
+WORKER_REPLIES = (Op.PUSH_ACK, Op.PULL_REPLY, Op.DONE_ACK)
+
+
+def reply(src: int, op: Op, *, to: int = W1, job: int = JOB, entries=((10, 5),)) -> bytes:
+    """A reply from host `src`'s address (the PS's port 18497) to worker host `to`."""
+    return frame(
+        src, to, op, list(entries), sport=HOTAGG_PORT, dport=CLIENT_SPORT + to, seq=1,
+        iteration=1, job_id=job, worker_id=to - 1,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("op", WORKER_REPLIES)
+def test_a_reply_to_a_worker_passes_only_from_the_jobs_ps(sut, op):
+    genuine = reply(PS, op)
+    before = sut.stats()
+    got = only(sut.ports.exchange(PS, genuine), W1)
+    assert bytes(got.agg) == genuine[42:] and got.pkt[IP].src == host_ip(PS)
+    assert sut.stats() == before  # an admitted reply is routed and counts nothing
+    # Another job's host, with the PS's address and with its own; a worker of the same job
+    # with the PS's address; the PS's port for a job it is not admitted for.
+    for port, data in (
+        (W4, genuine),
+        (W4, reply(W4, op)),
+        (W2, genuine),
+        (W2, reply(W2, op, to=W1)),
+        (PS, reply(PS, op, job=99)),
+    ):
+        dropped_as(sut, port, data, Stat.FOREIGN_REPLY)
+    # Once the PS's admission is revoked, its own replies are refused too.
+    sut.revoke(JOB, None, PS)
+    dropped_as(sut, PS, genuine, Stat.FOREIGN_REPLY)
+
+
+def test_replies_to_the_ps_are_routed_whoever_sends_them(sut):
+    """COLLECT_REPLY and WRITEBACK_ACK go to a PS, which takes them only as answers to its
+    own requests (docs/trust.md says what is left)."""
+    for op in (Op.COLLECT_REPLY, Op.WRITEBACK_ACK):
+        data = reply(W4, op, to=PS)
+        got = only(sut.ports.exchange(W4, data), PS)
+        assert bytes(got.agg) == data[42:]
+
+
+def test_malformed_replies_are_dropped_and_counted(sut):
+    good = reply(PS, Op.PULL_REPLY, entries=[(10, 1), (11, 2)])
+    for data, reason in (
+        (good[: 42 + 10], Stat.MALFORMED),  # truncated header
+        (good[:-5], Stat.MALFORMED),  # truncated entries
+        (good[: 42 + 3] + b"\x09" + good[42 + 4 :], Stat.MALFORMED),  # count 9
+        (good[: 42 + 3] + b"\x01" + good[42 + 4 :], Stat.MALFORMED),  # count vs UDP length
+        (good[:42] + b"\x02" + good[43:], Stat.MALFORMED),  # version 2
+        (good[:43] + b"\x00" + good[44:], Stat.UNKNOWN_OP),
+        (good[:43] + b"\x0b" + good[44:], Stat.UNKNOWN_OP),
+    ):
+        dropped_as(sut, PS, data, reason)
+
+
+def test_the_switchs_own_replies_carry_the_ps_address_and_still_pass(sut):
+    """A switch reply leaves by egress without crossing this switch's ingress again; a
+    forged copy of it sent back in from a worker's port is refused."""
+    sut.hot(JOB, {10: 0})
+    ack = only(sut.ports.exchange(W1, push(W1, 1, [(10, 5)])), W1)
+    assert ack.agg.op == Op.PUSH_ACK and ack.pkt[IP].src == host_ip(PS)
+    dropped_as(sut, W2, ack.data, Stat.FOREIGN_REPLY)

@@ -13,7 +13,10 @@
 // packet at 158 bytes.
 const bit<8> MAX_ENTRIES = 8;
 
-// Wire lengths in bytes: a valid request has udp.length == 8 + 20 + 12 * count.
+// Wire lengths in bytes: a valid request or reply has udp.length == 8 + 20 + 12 * count.
+// ETH_IPV4_LEN: where UDP starts (Ethernet, IPv4 without options), to check that a frame
+// holds its UDP datagram whole.
+const bit<32> ETH_IPV4_LEN = 34;
 const bit<16> UDP_HEADER_LEN = 8;
 const bit<16> HEADER_LEN = 20;
 const bit<16> ENTRY_LEN = 12;
@@ -36,7 +39,7 @@ const bit<32> IPV4_LPM_SIZE = 1024;
 // (= MAX_JOBS * MAX_WORKERS), and up to 4 PS hosts (shards) per job.
 const bit<32> WORKER_ADMISSION_SIZE = 1024;
 const bit<32> PS_ADMISSION_SIZE = 64;
-const bit<32> STATS_SIZE = 32;       // stats reasons 0..24 plus room to grow
+const bit<32> STATS_SIZE = 32;       // stats reasons 0..25 plus room to grow
 // drop_sim rate unit: rate = probability * DROP_SCALE; r is drawn from [0, DROP_SCALE - 1].
 const bit<32> DROP_SCALE = 65536;
 

@@ -48,7 +48,7 @@ const op_t OP_PUSH_ACK = 2;
 const op_t OP_PULL = 3;
 const op_t OP_PULL_REPLY = 4;
 @noWarn("unused") const op_t OP_DONE = 5;          // passes through the switch
-@noWarn("unused") const op_t OP_DONE_ACK = 6;
+const op_t OP_DONE_ACK = 6;
 const op_t OP_COLLECT = 7;
 const op_t OP_COLLECT_REPLY = 8;
 const op_t OP_WRITEBACK = 9;
@@ -89,6 +89,9 @@ const stat_t STAT_FOREIGN_PS = 23;      // COLLECT or WRITEBACK not from the job
 // Any IPv4 packet, hotagg or not, that ipv4_forward would send on with TTL 0 (it came with
 // TTL 0 or 1), and a checked hotagg request that came with TTL 0 or 1 (before it is processed).
 const stat_t STAT_TTL_EXPIRED = 24;
+// A PUSH_ACK, PULL_REPLY or DONE_ACK (a reply: UDP source port 18497) from a (ingress port,
+// IPv4 source) not admitted as its job's PS (ps_admission); dropped.
+const stat_t STAT_FOREIGN_REPLY = 25;
 
 /* ---- parser errors ---- */
 // count > MAX_ENTRIES: the parser rejects before walking past the header stack. v1model

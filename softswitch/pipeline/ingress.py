@@ -11,6 +11,7 @@ from contract.constants import (
     HOTAGG_PORT,
     MAX_ENTRIES,
     VERSION,
+    WORKER_REPLY_OPS,
     Op,
     Stat,
 )
@@ -45,6 +46,8 @@ PASS = Stat.PASS.value
 FOREIGN_WORKER = Stat.FOREIGN_WORKER.value
 FOREIGN_PS = Stat.FOREIGN_PS.value
 TTL_EXPIRED = Stat.TTL_EXPIRED.value
+FOREIGN_REPLY = Stat.FOREIGN_REPLY.value
+WORKER_REPLIES = frozenset(op.value for op in WORKER_REPLY_OPS)
 OP_PUSH = Op.PUSH.value
 OP_PULL = Op.PULL.value
 OP_COLLECT = Op.COLLECT.value
@@ -75,9 +78,8 @@ def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
         sp[SIM_DROP] += 1
         sb[SIM_DROP] += n
         return []
-    if dport != HOTAGG_PORT:  # a reply from the PS: the header is not parsed
-        return route(p, bytearray(frame), ingress_port, True, n)
-    # step 4: parser errors (truncated header or entries, count > 8), version, udp.length
+    # step 4, requests and replies (source port 18497) alike: parser errors (truncated
+    # header or entries, count > 8), version, udp.length
     if n < ENTRIES:
         sp[MALFORMED] += 1
         sb[MALFORMED] += n
@@ -97,6 +99,15 @@ def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
         sp[UNKNOWN_OP] += 1
         sb[UNKNOWN_OP] += n
         return []
+    if dport != HOTAGG_PORT:  # a reply
+        # step 5b for a reply a worker takes: only from where its job's PS's traffic arrives
+        if op in WORKER_REPLIES:
+            src = int.from_bytes(frame[IP_SRC : IP_SRC + 4], "big")
+            if not admitted(p, True, job_id, worker, ingress_port, src):
+                sp[FOREIGN_REPLY] += 1
+                sb[FOREIGN_REPLY] += n
+                return []
+        return route(p, bytearray(frame), ingress_port, True, n)
     # the jobs table (jobs.py): the action that runs decides, so a default set_job serves too
     rec = p.t_jobs._entries.get(job_id) or p.t_jobs._default_rec
     if rec[0] != SET_JOB:
