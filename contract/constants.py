@@ -122,6 +122,8 @@ class Stat(IntEnum):
     PASS = _p4("STAT_PASS")
     FOREIGN_WORKER = _p4("STAT_FOREIGN_WORKER")
     FOREIGN_PS = _p4("STAT_FOREIGN_PS")
+    TTL_EXPIRED = _p4("STAT_TTL_EXPIRED")
+    FOREIGN_REPLY = _p4("STAT_FOREIGN_REPLY")
     TRANSIT = _p4("STAT_TRANSIT")
     FLUSH = _p4("STAT_FLUSH")
     FLUSH_ABSORBED = _p4("STAT_FLUSH_ABSORBED")
@@ -157,6 +159,9 @@ KEY_MAX = (1 << 64) - 1
 
 # Ops the switch processes; every other valid op is forwarded unchanged.
 SWITCH_OPS = frozenset({Op.PUSH, Op.PULL, Op.COLLECT, Op.WRITEBACK, Op.FLUSH})
+# Replies a worker takes: the switch passes them only from where the job's PS's traffic
+# arrives (ps_admission, docs/design.md section 2, "Tenancy").
+WORKER_REPLY_OPS = frozenset({Op.PUSH_ACK, Op.PULL_REPLY, Op.DONE_ACK})
 REPLY_OP = {
     Op.PUSH: Op.PUSH_ACK,
     Op.PULL: Op.PULL_REPLY,

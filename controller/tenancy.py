@@ -3,9 +3,10 @@
 `HotaggIngress.worker_admission` (job_id, worker_id, ingress_port, src_addr) and
 `HotaggIngress.ps_admission` (job_id, ingress_port, src_addr), action `admit`, default
 `refuse`: the switch processes a worker op (PUSH, PULL, DONE ...) of a job only from a (port,
-IPv4 source) admitted for that (job, worker id), and a COLLECT or WRITEBACK only from one
-admitted as the job's PS; everything else is dropped and counted FOREIGN_WORKER or
-FOREIGN_PS. A job without admissions is served to no one, so whoever adds a job admits its
+IPv4 source) admitted for that (job, worker id), a COLLECT or WRITEBACK only from one
+admitted as the job's PS, and passes a PUSH_ACK, PULL_REPLY or DONE_ACK of the job only from
+one admitted as its PS; everything else is dropped and counted FOREIGN_WORKER, FOREIGN_PS or
+FOREIGN_REPLY. A job without admissions is served to no one, so whoever adds a job admits its
 hosts too (`admissions_from_topology`, or `hotagg-ctl tenancy install`).
 
 The switch's tables are the only record, read on every call, as for jobs and hot keys.
@@ -105,8 +106,21 @@ def _hops(
 ) -> list[tuple[str, int]]:
     """(switch, ingress port) of every switch a packet from host `src` to host `dst` crosses,
     following the routes the controller installs (controller/forwarding.py)."""
+    return _walk(topo, peers, routes, *topo.attachment(src), dst)
+
+
+def _walk(
+    topo: Topology,
+    peers: Peers,
+    routes: dict[str, list[Route]],
+    here: str,
+    port: int,
+    dst: str,
+) -> list[tuple[str, int]]:
+    """(switch, ingress port) of every switch a packet that enters switch `here` by `port`
+    crosses on its way to host `dst` (`here` first)."""
     dst_ip = int(ipaddress.IPv4Address(topo.hosts[dst].ip))
-    here, port = topo.attachment(src)
+    src = f"{here} port {port}"
     hops = []
     for _ in range(len(topo.switches)):
         hops.append((here, port))
@@ -114,7 +128,7 @@ def _hops(
             routes[here] = compute_routes(topo, here)
         route = next((r for r in routes[here] if r.prefix == dst_ip), None)
         if route is None:
-            raise TopologyError(f"{here} has no route from {src} to {dst}")
+            raise TopologyError(f"{here} has no route toward {dst} (from {src})")
         nxt, nxt_port = peers.get((here, route.port), (None, None))
         if nxt is None:
             raise TopologyError(f"{here} port {route.port} (toward {dst}) is not cabled")
@@ -128,8 +142,11 @@ def admissions_from_topology(
     topo: Topology, switch: str, job_id: int, workers: Sequence[str], ps: Sequence[str]
 ) -> list[Admission]:
     """What `switch` admits for `job_id`: worker i (host workers[i]) on each port it reaches
-    `switch` by on its way to every PS, and each PS host on the switch it is cabled to (which
-    answers its COLLECT and WRITEBACK). Sorted, without duplicates."""
+    `switch` by on its way to every PS (its requests), and each PS host on the switch it is
+    cabled to (which answers its COLLECT and WRITEBACK), on each port it reaches `switch` by
+    on its way to every worker (its replies), and on each port by which the replies a switch
+    on the worker's way to the PS makes for it reach `switch` (they carry the PS's address;
+    in a tree these are the same ports). Sorted, without duplicates."""
     if switch not in topo.switches:
         raise TopologyError(f"no switch {switch!r} in {topo.source} (have {sorted(topo.switches)})")
     for host in (*workers, *ps):
@@ -145,9 +162,18 @@ def admissions_from_topology(
                 if sw == switch:
                     out.add(admission(job_id, worker_id, port, addr))
     for server in ps:
+        addr = topo.hosts[server].ip
         sw, port = topo.attachment(server)
         if sw == switch:
-            out.add(admission(job_id, None, port, topo.hosts[server].ip))
+            out.add(admission(job_id, None, port, addr))
+        for host in workers:
+            hops = _hops(topo, peers, routes, server, host)
+            for answering, port in _hops(topo, peers, routes, host, server):
+                # A switch's reply leaves it by egress: from the next switch on it is checked.
+                hops += _walk(topo, peers, routes, answering, port, host)[1:]
+            for sw, port in hops:
+                if sw == switch:
+                    out.add(admission(job_id, None, port, addr))
     return sorted(out, key=_order)
 
 

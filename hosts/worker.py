@@ -12,6 +12,12 @@ came for that long, and at once when the same shard answers a request sent after
 and the PS keep order, so it was lost); a second reply to a resent request counts as
 `spurious_retransmits`. After a resend, DONE goes out twice.
 
+A reply counts only when it comes from the address (IPv4 and port) of the shard its request
+went to: the PS answers from there, and a switch's reply carries the PS's address (it swaps
+the request's). The switches already drop PUSH_ACK, PULL_REPLY and DONE_ACK that do not
+come from where the PS's traffic arrives (docs/trust.md); this second check is cheap and
+also holds where no switch checks.
+
 Keys the switch aggregated (PUSH_ACK mask bit set) or holds in its cache (PULL_REPLY mask bit
 set) are "hot"; a cleared PUSH_ACK bit makes a key cold again, for pulls as well, and so does
 a DONE_ACK that names it (it left the switch, docs/design.md section 4). Hot keys
@@ -29,6 +35,7 @@ DONE_ACK), and shard i owns the keys with key % n_shards == i.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import select
 import sys
@@ -151,6 +158,11 @@ class WorkerResult:
     cpu: dict[str, float] | None = None  # agent.cpu_report over the iterations
 
 
+def reply_sources(ps: list[Address]) -> dict[Address, int]:
+    """Shard by the address its replies come from, as recvfrom reports it."""
+    return {(str(ipaddress.IPv4Address(ip)), port): shard for shard, (ip, port) in enumerate(ps)}
+
+
 class Worker:
     def __init__(self, config: WorkerConfig, workload: workloads.Workload) -> None:
         config.validate()
@@ -165,6 +177,7 @@ class Worker:
         self._next_seq = 1
         self._next_pull = 1
         self._n_shards = len(config.ps)
+        self._shard_at = reply_sources(config.ps)
         self._iteration = 0
         self._loss_seen = 0  # the latest iteration in which a request was resent
         # latency.csv's sent/reply columns: perf_counter moved onto the wall clock once, so
@@ -435,7 +448,7 @@ class Worker:
             if idle is not None:
                 result, idle = idle(), None
                 continue  # replies may be waiting: read them without blocking
-            for m in self._recv(ch.wake_in(0.2)):
+            for m, shard in self._recv(ch.wake_in(0.2)):
                 # Only the data channel tracks spurious resends (a DONE's seq repeats), and
                 # a resent PUSH's second reply often comes while DONE is waited for.
                 if self._data.spurious(m):
@@ -444,6 +457,9 @@ class Worker:
                     self.counters["stray_replies"] += 1
                     continue
                 r = ch.lookup(m.seq)
+                if r is not None and r.context.shard != shard:
+                    self.counters["replies_from_another_shard"] += 1
+                    continue
                 if r is None or not on_reply(r, m):
                     self.counters["late_replies"] += 1
                     continue
@@ -491,21 +507,26 @@ class Worker:
             if self.counters["send_errors"] == 1:
                 print(f"worker {self.cfg.worker_id}: send failed: {exc}", file=sys.stderr)
 
-    def _recv(self, timeout: float) -> list[Message]:
-        """Wait up to `timeout` for a datagram, then take whatever else is already queued."""
-        out: list[Message] = []
+    def _recv(self, timeout: float) -> list[tuple[Message, int]]:
+        """Wait up to `timeout` for a datagram, then take whatever else is already queued;
+        each reply with the shard it came from (others are counted and dropped)."""
+        out: list[tuple[Message, int]] = []
         sock = self.sock
         # Wake at least every 0.2 s to notice stop() and the deadline.
         sock.settimeout(self._deadline.remaining(min(max(timeout, 0.0), 0.2)))
         while len(out) < _RECV_BATCH:
             try:
-                data = sock.recv(RECV_SIZE)
+                data, source = sock.recvfrom(RECV_SIZE)
             except (TimeoutError, BlockingIOError):
                 break
             except OSError:  # e.g. ECONNREFUSED surfaced by ICMP: treat as loss
                 self.counters["recv_errors"] += 1
                 break
             sock.settimeout(0.0)
+            shard = self._shard_at.get(source)
+            if shard is None:  # not from a PS shard's address: forged, or not hotagg's
+                self.counters["replies_from_elsewhere"] += 1
+                continue
             try:
                 m = decode(data)
             except CodecError:
@@ -514,7 +535,7 @@ class Worker:
             if m.job_id != self.cfg.job_id or m.worker_id != self.cfg.worker_id:
                 self.counters["foreign"] += 1
                 continue
-            out.append(m)
+            out.append((m, shard))
         return out
 
 

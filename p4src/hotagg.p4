@@ -198,45 +198,78 @@ control HotaggIngress(inout headers_t hdr,
                 service.apply(hdr, meta);
             }
 
-            // Steps 4-5, requests only, in this order: MALFORMED (parser error, version, UDP
-            // length), UNKNOWN_OP, TRANSIT, UNKNOWN_JOB, then FOREIGN_WORKER / FOREIGN_PS
-            // (tenancy).
-            if (meta.is_hotagg && !meta.dropped && hdr.udp.dstPort == HOTAGG_PORT) {
+            // Steps 4-5, requests and replies alike, in this order: MALFORMED (parser error,
+            // version, UDP length), UNKNOWN_OP; then requests TRANSIT, UNKNOWN_JOB, and
+            // tenancy: FOREIGN_WORKER / FOREIGN_PS for requests, FOREIGN_REPLY for replies.
+            if (meta.is_hotagg && !meta.dropped) {
+                // A request goes to port 18497. A reply op from port 18497 is a reply even
+                // when it goes to port 18497: the switch's answer to a PS, whose requests
+                // leave from its port 18497 (and so come back to it).
+                bool reply_op = hdr.hotagg.op == OP_PUSH_ACK ||
+                                hdr.hotagg.op == OP_PULL_REPLY ||
+                                hdr.hotagg.op == OP_DONE_ACK ||
+                                hdr.hotagg.op == OP_COLLECT_REPLY ||
+                                hdr.hotagg.op == OP_WRITEBACK_ACK;
+                bool request = hdr.udp.dstPort == HOTAGG_PORT &&
+                               !(hdr.udp.srcPort == HOTAGG_PORT && reply_op);
+                bool check_origin = false;  // step 5b applies
+                bool ps_op = true;          // ps_admission decides (else worker_admission)
+                // A reply's entries are not extracted (parse_reply): the frame must hold
+                // them, as the parser checks for a request's.
                 if (standard_metadata.parser_error != error.NoError ||
                     !hdr.hotagg.isValid() ||
                     hdr.hotagg.version != HOTAGG_VERSION ||
                     hdr.udp.length != UDP_HEADER_LEN + HEADER_LEN +
-                                      ((bit<16>)hdr.hotagg.count) * ENTRY_LEN) {
+                                      ((bit<16>)hdr.hotagg.count) * ENTRY_LEN ||
+                    (!request && standard_metadata.packet_length <
+                                 ETH_IPV4_LEN + (bit<32>)hdr.udp.length)) {
                     count_and_drop(STAT_MALFORMED);
                 } else if (hdr.hotagg.op == 0 || hdr.hotagg.op > OP_MAX) {
                     count_and_drop(STAT_UNKNOWN_OP);
-                } else if (meta.transit) {
+                } else if (request && meta.transit) {
                     // Step 5a: a PS op for another switch's service address is routed on
                     // unchecked, as a reply is; its addressee checks and answers it.
                     stats.count(STAT_TRANSIT);
-                } else {
+                } else if (request) {
                     job_table.apply(hdr.hotagg.job_id, meta.job);
                     if (!meta.job.found) {
                         count_and_drop(STAT_UNKNOWN_JOB);
                     } else {
-                        // Step 5b, tenancy: only from the (port, address) admitted for the
-                        // job's worker (worker ops) or its PS (COLLECT, WRITEBACK).
-                        bool ps_op = hdr.hotagg.op == OP_COLLECT ||
-                                     hdr.hotagg.op == OP_FLUSH ||
-                                     hdr.hotagg.op == OP_WRITEBACK;
-                        bool admitted;
-                        admission.apply(hdr.hotagg.job_id, hdr.hotagg.worker_id,
-                                        standard_metadata.ingress_port, hdr.ipv4.srcAddr,
-                                        ps_op, admitted);
-                        if (!admitted) {
-                            if (ps_op) {
-                                count_and_drop(STAT_FOREIGN_PS);
-                            } else {
-                                count_and_drop(STAT_FOREIGN_WORKER);
-                            }
+                        check_origin = true;
+                        ps_op = hdr.hotagg.op == OP_COLLECT || hdr.hotagg.op == OP_WRITEBACK ||
+                                hdr.hotagg.op == OP_FLUSH;
+                    }
+                } else if (hdr.hotagg.op == OP_PUSH_ACK || hdr.hotagg.op == OP_PULL_REPLY ||
+                           hdr.hotagg.op == OP_DONE_ACK) {
+                    // A reply a worker takes: only from where its job's PS's traffic arrives
+                    // (the switch's own replies carry the PS's address and come that way).
+                    check_origin = true;
+                }
+                // Step 5b, tenancy: only from the (port, address) admitted for the job's
+                // worker (worker ops) or its PS (PS ops, and replies to workers).
+                // One call site: p4c applies each of Admission's tables at most once.
+                if (check_origin) {
+                    bool admitted;
+                    admission.apply(hdr.hotagg.job_id, hdr.hotagg.worker_id,
+                                    standard_metadata.ingress_port, hdr.ipv4.srcAddr,
+                                    ps_op, admitted);
+                    if (!admitted) {
+                        if (!request) {
+                            count_and_drop(STAT_FOREIGN_REPLY);
+                        } else if (ps_op) {
+                            count_and_drop(STAT_FOREIGN_PS);
+                        } else {
+                            count_and_drop(STAT_FOREIGN_WORKER);
                         }
                     }
                 }
+            }
+
+            // Step 5c: a checked request that came with TTL 0 or 1 could not be routed on,
+            // forwarded or answered (step 7 would drop it): dropped here, before step 6 reads
+            // or writes any register, so a frame that goes nowhere changes no state.
+            if (meta.job.found && !meta.dropped && hdr.ipv4.ttl <= 1) {
+                count_and_drop(STAT_TTL_EXPIRED);
             }
 
             // Step 6: a checked request of a known job.

@@ -59,13 +59,15 @@ class PipelineSwitch:
         if job is not None:
             self.p.tables[P + "jobs"].insert((job_id,), P + "set_job", job)
         # Tenancy: the relay frames every request as CLIENT's, a worker's (whatever its id)
-        # and the PS's COLLECT and WRITEBACK alike.
+        # and the PS's COLLECT and WRITEBACK alike, and the PS's replies as PS's.
         client = int(ipaddress.IPv4Address(host_ip(self.CLIENT)))
+        server = int(ipaddress.IPv4Address(host_ip(self.PS)))
         admit = P + "admit"
         for worker in range(MAX_WORKERS):
             key = (job_id, worker, self.CLIENT, client)
             self.p.tables[P + "worker_admission"].insert(key, admit, ())
         self.p.tables[P + "ps_admission"].insert((job_id, self.CLIENT, client), admit, ())
+        self.p.tables[P + "ps_admission"].insert((job_id, self.PS, server), admit, ())
         if hot:
             self.set_hot(hot)
 

@@ -469,9 +469,11 @@ class VethSwitch:
 
         self.sut, self.job_id = sut, job_id
         Jobs(sut.client, sut.p4info).add(job_id, slots)
-        # Every request enters from host 1 (process()): admit it as each worker and the PS.
+        # Every request enters from host 1 (process()): admit it as each worker and the PS;
+        # the PS's replies enter from host 3.
         admissions = [sut.admission(job_id, w, 1) for w in range(MAX_WORKERS)]
-        Tenancy(sut.client, sut.p4info).admit([*admissions, sut.admission(job_id, None, 1)])
+        ps = [sut.admission(job_id, None, 1), sut.admission(job_id, None, 3)]
+        Tenancy(sut.client, sut.p4info).admit([*admissions, *ps])
         self.hot_at: list[dict[int, int]] = [{} for _ in range(8)]
         self.set_hot(hot)
 

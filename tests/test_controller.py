@@ -541,13 +541,16 @@ def test_tenancy_from_the_leaf_spine_admits_each_host_where_it_arrives() -> None
     workers, ps = [h.name for h in topo.workers], [h.name for h in topo.parameter_servers]
     got = {s: [str(a) for a in admissions_from_topology(topo, s, 7, workers, ps)]
            for s in topo.switches}  # fmt: skip
-    # h3, h4 (workers 2, 3) hang off s2 and reach s1 through the spine s3 (s1 port 4).
+    # h3, h4 (workers 2, 3) hang off s2 and reach s1 through the spine s3 (s1 port 4); the
+    # PS h5's replies to them come into s3 from s1 (port 1) and into s2 from s3 (port 3).
     assert got == {
         "s1": ["job 7 ps: port 3, 10.0.1.5", "job 7 worker 0: port 1, 10.0.1.1",
                "job 7 worker 1: port 2, 10.0.1.2", "job 7 worker 2: port 4, 10.0.2.3",
                "job 7 worker 3: port 4, 10.0.2.4"],
-        "s2": ["job 7 worker 2: port 1, 10.0.2.3", "job 7 worker 3: port 2, 10.0.2.4"],
-        "s3": ["job 7 worker 2: port 2, 10.0.2.3", "job 7 worker 3: port 2, 10.0.2.4"],
+        "s2": ["job 7 ps: port 3, 10.0.1.5", "job 7 worker 2: port 1, 10.0.2.3",
+               "job 7 worker 3: port 2, 10.0.2.4"],
+        "s3": ["job 7 ps: port 1, 10.0.1.5", "job 7 worker 2: port 2, 10.0.2.3",
+               "job 7 worker 3: port 2, 10.0.2.4"],
     }  # fmt: skip
     with pytest.raises(BadInput, match="no switch 's9'"):
         admissions_from_topology(topo, "s9", 7, workers, ps)

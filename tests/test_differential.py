@@ -26,10 +26,13 @@ service address or elsewhere, while the service address and chain_next change (`
 unset, set to an unrouted address, to h1's, cleared.
 
 Tenancy: the controller admits some (job, worker, port, address) and (job, PS, port, address)
-tuples and not others (`admit_initial`), the frames come from admitted and non-admitted
-(port, source address) pairs (a worker's port with its own address, another host's port,
-a spoofed address), and the admissions change mid-run (`WRITES`), including both tables'
-default turned to admit and back.
+tuples and not others (`admit_initial`), the frames (requests, and replies to workers and to
+the PS) come from admitted and non-admitted (port, source address) pairs (a worker's port
+with its own address, another host's port, a spoofed address), and the admissions change
+mid-run (`WRITES`), including both tables' default turned to admit and back.
+
+TTL: some frames of every kind (requests, replies, plain UDP, frames to the CPU) carry TTL 0,
+1 or 2, so both the check before processing (step 5c) and the one at routing (step 7) run.
 
 HOTAGG_DIFF_SEED picks another sequence and HOTAGG_DIFF_FRAMES its length, e.g.
 `HOTAGG_DIFF_SEED=7 HOTAGG_DIFF_FRAMES=5000 pytest tests/test_differential.py`.
@@ -67,6 +70,7 @@ from contract.constants import (
     NUM_SLOTS,
     Op,
 )
+from contract.frames import CLIENT_SPORT
 from contract.layers import Hotagg
 from contract.names import SKETCH_ROW_COUNTERS, hot_keys_table
 from controller.leaves import ChainNext, ServiceAddress
@@ -497,10 +501,36 @@ class FrameGen:
         )
         return data, f"pass {op.name}"
 
+    def reply(self, port: int) -> tuple[bytes, str]:
+        """A reply (source port 18497) to a worker or the PS, from this port's host or with
+        the PS's address: the ones a worker takes pass only from where the job's PS is."""
+        op = self.rng.choice(
+            (Op.PUSH_ACK, Op.PULL_REPLY, Op.DONE_ACK, Op.COLLECT_REPLY, Op.WRITEBACK_ACK)
+        )
+        job = self.job(self.rng.choice((JOB, OTHER_JOB)))
+        src = self.rng.choice((port, PS))
+        dst = self.dst(self.rng.choice((W1, W2, W4)))
+        data = frame(
+            src,
+            dst,
+            op,
+            self.entries(job),
+            sport=HOTAGG_PORT,
+            dport=CLIENT_SPORT + dst,
+            seq=self.rng.randint(0, 100),
+            iteration=self.iteration_near(),
+            job_id=job,
+            worker_id=self.worker_of(dst),
+            flags=self.rng.choice((0, 0, FLAG_FROM_SWITCH)),
+            mask=self.rng.getrandbits(8),
+        )
+        return data, f"reply {op.name} as host {src}"
+
     # invalid and other traffic, mostly a valid frame changed
 
     def invalid(self, port: int) -> tuple[bytes, str]:
-        makers = (self.push, self.pull, self.collect, self.writeback, self.flush, self.partial)
+        makers = (self.push, self.pull, self.collect, self.writeback, self.flush, self.partial,
+                  self.reply)  # fmt: skip
         base, _ = self.rng.choice(makers)(port)
         n = len(base)
         case = self.rng.choice(
@@ -572,7 +602,7 @@ class FrameGen:
             dst = bytes([10, 0, rng.choice((2, 3, 3)), rng.randint(0, 255)])
             data = ip_checksum(patch(base, 30, dst))
         elif case == "ttl edge":
-            data = ip_checksum(patch(base, 22, bytes([rng.choice((0, 1, 255))])))
+            data = ip_checksum(patch(base, 22, bytes([rng.choice((0, 1, 2, 255))])))
         elif case == "bad IPv4 checksum":
             data = patch(base, 24, rng.randbytes(2))
         elif case == "trailing bytes":  # after the UDP datagram, as Ethernet padding
@@ -596,17 +626,21 @@ class FrameGen:
 
     def one(self, port: int) -> tuple[bytes, str]:
         makers = (self.push, self.pull, self.passing, self.collect, self.writeback,
-                  self.flush, self.partial, self.invalid)  # fmt: skip
+                  self.flush, self.partial, self.reply, self.invalid)  # fmt: skip
         # the PS sends PS ops, h4 (job 2's worker) also partial PUSHes as a remote leaf
         weights = {
-            PS: (10, 5, 15, 30, 20, 15, 2, 20),
-            W4: (40, 15, 5, 5, 5, 3, 25, 20),
-        }.get(port, (50, 15, 5, 5, 5, 3, 3, 20))
+            PS: (10, 5, 15, 30, 20, 15, 2, 20, 20),
+            W4: (40, 15, 5, 5, 5, 3, 25, 8, 20),
+        }.get(port, (50, 15, 5, 5, 5, 3, 3, 8, 20))
         data, kind = self.rng.choices(makers, weights)[0](port)
         if self.rng.random() < 0.08 and len(data) >= 34 and data[12:14] == b"\x08\x00":
             # Another host's source address on this port (a spoofer, or a stale admission).
             host = self.rng.choice([h for h in PORTS if h != port])
             data, kind = ip_checksum(patch(data, 26, bytes([10, 0, 0, host]))), kind + ", spoofed"
+        if self.rng.random() < 0.04 and len(data) >= 34 and data[12:14] == b"\x08\x00":
+            # Any kind of frame (reply, plain UDP, to the CPU) near the end of its TTL.
+            ttl = self.rng.choice((0, 1, 1, 2))
+            data, kind = ip_checksum(patch(data, 22, bytes([ttl]))), kind + f", TTL {ttl}"
         return data, kind
 
     def packet_out(self) -> Frame:
@@ -1015,6 +1049,8 @@ def test_targets_agree_on_a_long_random_sequence(targets):
             "PASS",
             "FOREIGN_WORKER",
             "FOREIGN_PS",
+            "TTL_EXPIRED",
+            "FOREIGN_REPLY",
             "TRANSIT",
             "FLUSH",
             "FLUSH_ABSORBED",

@@ -12,8 +12,11 @@ import contextlib
 
 import pytest
 from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
 
+from contract.codec import encode_frame
 from contract.constants import (
+    CPU_PORT,
     FLAG_FROM_SWITCH,
     FLAG_INVALIDATE,
     HOTAGG_PORT,
@@ -23,7 +26,9 @@ from contract.constants import (
     Op,
     Stat,
 )
+from contract.frames import CLIENT_SPORT, SWITCH_MAC, udp_frame
 from contract.layers import Hotagg
+from controller.p4info import encode as encode_value
 from tests.packet_harness import frame, host_ip, host_mac, plain_udp
 
 pytestmark = [pytest.mark.root]
@@ -34,11 +39,25 @@ W1, W2, PS, W4 = 1, 2, 3, 4  # host numbers = switch ports
 
 
 def push(
-    src: int, seq: int, entries, iteration: int = 1, job: int = JOB, worker: int | None = None
+    src: int,
+    seq: int,
+    entries,
+    iteration: int = 1,
+    job: int = JOB,
+    worker: int | None = None,
+    ttl: int = 64,
 ):
     worker = src - 1 if worker is None else worker
     return frame(
-        src, PS, Op.PUSH, entries, seq=seq, iteration=iteration, job_id=job, worker_id=worker
+        src,
+        PS,
+        Op.PUSH,
+        entries,
+        seq=seq,
+        iteration=iteration,
+        job_id=job,
+        worker_id=worker,
+        ttl=ttl,
     )
 
 
@@ -415,10 +434,7 @@ def test_sums_stay_exact_under_duplicates_hot_set_changes_and_overflow(sut):
     assert stats[Stat.PUSH_DUP] and stats[Stat.OVERFLOW] and stats[Stat.SLOT_CONFLICT]
 
 
-# --- tenancy: forged traffic from hosts of another job (docs/design.md §2, "Tenancy") ---
-
-
-def forged(sut, port: int, data: bytes, reason: Stat) -> None:
+def dropped_as(sut, port: int, data: bytes, reason: Stat) -> None:
     """`data` sent on `port` is dropped, counted once under `reason` and nothing else but
     the drop simulator's draw (rate 0: none) changes a stat."""
     before = sut.stats()
@@ -427,15 +443,154 @@ def forged(sut, port: int, data: bytes, reason: Stat) -> None:
     assert {s: after[s] - before[s] for s in Stat if after[s] != before[s]} == {reason: 1}
 
 
+# --- TTL (docs/design.md §2, steps 5c and 7) ---
+
+CPU_NET = (10 << 24 | 1 << 8, 24)  # 10.0.1.0/24
+
+
+def udp_with_ttl(src: int, dst: int, ttl: int, sport: int = 5000, dport: int = 9) -> bytes:
+    return udp_frame(src, dst, b"ttl test", sport=sport, dport=dport, ttl=ttl)
+
+
+def ttl_cases(ttl: int) -> dict[str, tuple[int, bytes]]:
+    """(ingress port, frame) of each kind of IPv4 packet the switch routes, with `ttl`."""
+    return {
+        "plain UDP": (W1, udp_with_ttl(W1, PS, ttl)),
+        "hotagg reply": (
+            PS,
+            frame(
+                PS,
+                W1,
+                Op.PUSH_ACK,
+                [],
+                sport=HOTAGG_PORT,
+                dport=CLIENT_SPORT + W1,
+                ttl=ttl,
+                seq=1,
+                iteration=1,
+                job_id=JOB,
+            ),
+        ),
+        "cold PUSH": (W1, push(W1, 1, [(500, 1)], ttl=ttl)),
+        "all-hot PUSH": (W1, push(W1, 2, [(10, 1)], ttl=ttl)),
+        "DONE": (W1, frame(W1, PS, Op.DONE, [], seq=0, iteration=1, job_id=JOB, ttl=ttl)),
+    }
+
+
+@pytest.mark.parametrize("ttl", [0, 1])
+@pytest.mark.parametrize("case", list(ttl_cases(0)))
+def test_a_frame_that_would_leave_with_ttl_0_is_dropped_and_counted(sut, case, ttl):
+    """The decrement is on bit<8>: without the check TTL 0 would leave as 255."""
+    sut.hot(JOB, {10: 0})
+    port, data = ttl_cases(ttl)[case]
+    dropped_as(sut, port, data, Stat.TTL_EXPIRED)
+
+
+def test_ttl_2_leaves_with_1_and_a_switch_reply_carries_the_requests_ttl_less_one(sut):
+    sut.hot(JOB, {10: 0})
+    cases = ttl_cases(2)
+    for case, to in (("plain UDP", PS), ("hotagg reply", W1), ("cold PUSH", PS), ("DONE", PS)):
+        port, data = cases[case]
+        got = only(sut.ports.exchange(port, data), to).pkt
+        assert got[IP].ttl == 1, case
+    ack = only(sut.ports.exchange(W1, cases["all-hot PUSH"][1]), W1)
+    assert ack.agg.op == Op.PUSH_ACK and ack.pkt[IP].ttl == 1
+    only(writeback(sut, PS, PS, [(10, 7)], iteration=1), PS)
+    pulled = frame(W1, PS, Op.PULL, [(10, 0)], iteration=1, job_id=JOB, ttl=2)
+    hit = only(sut.ports.exchange(W1, pulled), W1)
+    assert hit.agg.op == Op.PULL_REPLY and hit.pkt[IP].ttl == 1
+
+
+def test_a_request_with_ttl_1_is_dropped_before_it_changes_any_state(sut):
+    """Dropped at step 5c, before processing: were it processed and then dropped at step 7,
+    its hot entries would be summed (and its seq recorded) while the frame goes nowhere."""
+    sut.hot(JOB, {10: 0, 11: 1})
+    only(writeback(sut, PS, PS, [(10, 100)], iteration=1), PS)
+    dropped_as(sut, W1, push(W1, 1, [(10, 1000), (11, 1000)], ttl=1), Stat.TTL_EXPIRED)
+    dropped_as(sut, W1, push(W1, 1, [(10, 1000), (500, 1)], ttl=1), Stat.TTL_EXPIRED)
+    wb = frame(PS, W1, Op.WRITEBACK, [(10, 666), (11, 666)], iteration=1, job_id=JOB, ttl=1)
+    dropped_as(sut, PS, wb, Stat.TTL_EXPIRED)
+    invalidate = frame(
+        PS, W1, Op.COLLECT, [(10, 0)], seq=1, iteration=1, job_id=JOB, mask=1,
+        flags=FLAG_INVALIDATE, ttl=1,
+    )  # fmt: skip
+    dropped_as(sut, PS, invalidate, Stat.TTL_EXPIRED)
+    # seq 1 is still fresh (no dedup cell written), the slots hold nothing, the cache
+    # still holds the PS's value tagged 1 and nothing for key 11.
+    before = sut.stats()
+    ack = only(sut.ports.exchange(W1, push(W1, 1, [(10, 5)])), W1).agg
+    assert ack.op == Op.PUSH_ACK and ack.mask == 1
+    after = sut.stats()
+    assert (
+        after[Stat.PUSH] - before[Stat.PUSH] == 1 and after[Stat.PUSH_DUP] == before[Stat.PUSH_DUP]
+    )
+    assert collect(sut, 1) == {10: 5}
+    assert [(e.key, e.value) for e in pull(sut, [10], iteration=1).agg.entries] == [(10, 100)]
+    assert pull(sut, [11], iteration=1).port == PS
+
+
+def to_address(ttl: int, dst_ip: str, src: int = W1) -> bytes:
+    """A UDP frame from host `src` to any address (the harness's hosts are 10.0.0.1-4)."""
+    return encode_frame(
+        b"ttl test", src_mac=host_mac(src), dst_mac=SWITCH_MAC, src_ip=host_ip(src),
+        dst_ip=dst_ip, sport=5000, dport=9, ttl=ttl,
+    )  # fmt: skip
+
+
+def test_ttl_on_the_cpu_paths(sut):
+    """send_to_cpu neither checks nor decrements the TTL (the controller takes the packet as
+    it came); an ipv4_forward route out of the CPU port is a route like any other, checked
+    and decremented; a PacketOut is not routed and leaves as the controller wrote it."""
+    entry = sut.p4info.table_entry(
+        "HotaggIngress.ipv4_lpm", {"dst_addr": CPU_NET}, "HotaggIngress.send_to_cpu", {}
+    )
+    sut.client.write_entries("insert", [entry])
+    data = to_address(1, "10.0.1.5")
+    before = sut.stats()
+    assert sut.ports.exchange(W1, data) == []
+    packet_in = sut.client.packet_in(timeout=3.0)
+    assert packet_in is not None and packet_in.payload == data
+    assert sut.stats() == before
+    # The same prefix routed by ipv4_forward to the CPU port: TTL 1 dropped, TTL 2 decremented.
+    entry = sut.p4info.table_entry(
+        "HotaggIngress.ipv4_lpm", {"dst_addr": CPU_NET}, "HotaggIngress.ipv4_forward",
+        {"dst_mac": 0x02000000FFFF, "port": CPU_PORT},
+    )  # fmt: skip
+    sut.client.write_entries("modify", [entry])
+    dropped_as(sut, W1, data, Stat.TTL_EXPIRED)
+    assert sut.ports.exchange(W1, to_address(2, "10.0.1.5")) == []
+    packet_in = sut.client.packet_in(timeout=3.0)
+    assert packet_in is not None and Ether(packet_in.payload)[IP].ttl == 1
+    # A PacketOut with TTL 0 leaves on the port it names, TTL still 0.
+    meta = sut.p4info.packet_metadata("packet_out").metadata
+    egress_id = next(m.id for m in meta if m.name == "egress_port")
+    before = sut.stats()
+    sut.client.packet_out(to_address(0, host_ip(W2)), {egress_id: encode_value(W2, 9)})
+    got = sut.ports.collect(lambda r: r.port == W2)
+    assert got[-1].pkt[IP].ttl == 0 and bytes(got[-1].pkt[UDP].payload) == b"ttl test"
+    assert sut.stats() == before
+
+
+def test_an_unrouted_frame_with_ttl_1_counts_no_route(sut):
+    """The route's action decides: `drop` counts NO_ROUTE (hotagg only), not TTL_EXPIRED."""
+    unrouted = 9  # 10.0.0.9: no route
+    data = frame(PS, unrouted, Op.PUSH_ACK, [], sport=HOTAGG_PORT, dport=CLIENT_SPORT + W1,
+                 ttl=1, seq=1, iteration=1, job_id=JOB)  # fmt: skip
+    dropped_as(sut, PS, data, Stat.NO_ROUTE)
+
+
+# --- tenancy: forged traffic from hosts of another job (docs/design.md §2, "Tenancy") ---
+
+
 def test_push_with_an_unused_worker_id_from_another_port_is_dropped(sut):
     sut.hot(JOB, {10: 0})
     # h4 (job 2's worker) pushes into job 1 as worker 5, which no host is admitted for.
-    forged(sut, W4, push(W4, 1, [(10, 1000)], worker=5), Stat.FOREIGN_WORKER)
+    dropped_as(sut, W4, push(W4, 1, [(10, 1000)], worker=5), Stat.FOREIGN_WORKER)
     # ... as job 1's worker 0, with its own address, then with h1's (the port gives it away).
-    forged(sut, W4, push(W4, 1, [(10, 1000)], worker=0), Stat.FOREIGN_WORKER)
-    forged(sut, W4, push(W1, 1, [(10, 1000)], worker=0), Stat.FOREIGN_WORKER)
+    dropped_as(sut, W4, push(W4, 1, [(10, 1000)], worker=0), Stat.FOREIGN_WORKER)
+    dropped_as(sut, W4, push(W1, 1, [(10, 1000)], worker=0), Stat.FOREIGN_WORKER)
     # h1 as job 1's worker 1 (h2's id) from its own port: admitted for 0, not for 1.
-    forged(sut, W1, push(W1, 1, [(10, 1000)], worker=1), Stat.FOREIGN_WORKER)
+    dropped_as(sut, W1, push(W1, 1, [(10, 1000)], worker=1), Stat.FOREIGN_WORKER)
     only(sut.ports.exchange(W1, push(W1, 1, [(10, 5)])), W1)
     only(sut.ports.exchange(W2, push(W2, 1, [(10, 7)])), W2)
     assert collect(sut, 1) == {10: 12}
@@ -445,8 +600,8 @@ def test_forged_next_seq_from_another_port_leaves_the_real_push_counted_once(sut
     sut.hot(JOB, {10: 0})
     # The forger sends worker 0's next seq first, from h4's port with h1's address: without
     # tenancy the switch would take its value and ack the real push as a duplicate.
-    forged(sut, W4, push(W1, 1, [(10, 1000)]), Stat.FOREIGN_WORKER)
-    forged(sut, W4, push(W1, 1, [(10, 1000), (500, 1)]), Stat.FOREIGN_WORKER)
+    dropped_as(sut, W4, push(W1, 1, [(10, 1000)]), Stat.FOREIGN_WORKER)
+    dropped_as(sut, W4, push(W1, 1, [(10, 1000), (500, 1)]), Stat.FOREIGN_WORKER)
     before = sut.stats()
     ack = only(sut.ports.exchange(W1, push(W1, 1, [(10, 5)])), W1).agg
     assert ack.op == Op.PUSH_ACK and ack.mask == 1
@@ -460,7 +615,7 @@ def test_forged_next_seq_from_another_port_leaves_the_real_push_counted_once(sut
 def test_seq_far_ahead_from_another_port_does_not_make_real_pushes_stale(sut):
     sut.hot(JOB, {10: 0})
     for seq in (1 + 2**31, 2 + 2**31, 2**32 - 1):
-        forged(sut, W4, push(W1, seq, [(10, 1)]), Stat.FOREIGN_WORKER)
+        dropped_as(sut, W4, push(W1, seq, [(10, 1)]), Stat.FOREIGN_WORKER)
     before = sut.stats()
     for seq, value in ((1, 5), (2, 6), (63, 7)):
         only(sut.ports.exchange(W1, push(W1, seq, [(10, value)])), W1)
@@ -481,7 +636,7 @@ def test_forged_writeback_does_not_poison_the_cache(sut):
     # A worker of the job, another job's host, and another job's host with the PS's address.
     for port, src in ((W1, W1), (W4, W4), (W4, PS)):
         data = frame(src, W1, Op.WRITEBACK, [(10, 666), (11, 666)], iteration=1, job_id=JOB)
-        forged(sut, port, data, Stat.FOREIGN_PS)
+        dropped_as(sut, port, data, Stat.FOREIGN_PS)
     hit = pull(sut, [10], iteration=1)
     assert hit.port == W1 and [(e.key, e.value) for e in hit.agg.entries] == [(10, 100)]
     miss = pull(sut, [11], iteration=1)  # never written by the PS: the PS answers
@@ -504,7 +659,7 @@ def test_foreign_collect_reveals_and_changes_nothing(sut):
         data = frame(
             src, W1, Op.COLLECT, [(10, 0)], seq=1, iteration=1, job_id=JOB, mask=mask, flags=flags
         )
-        forged(sut, port, data, Stat.FOREIGN_PS)
+        dropped_as(sut, port, data, Stat.FOREIGN_PS)
     # The cache is still tagged 1 (not refreshed, not untagged), and the PS's own COLLECT
     # gets the exact sum and refreshes it.
     assert [(e.key, e.value) for e in pull(sut, [10], iteration=1).agg.entries] == [(10, 100)]
@@ -513,7 +668,7 @@ def test_foreign_collect_reveals_and_changes_nothing(sut):
     assert [(e.key, e.value) for e in reply.entries] == [(10, 4)]
     assert [(e.key, e.value) for e in pull(sut, [10], iteration=2).agg.entries] == [(10, 96)]
     # Job 2's PS (h3) is admitted for job 2 only on port 3: job 2's sums stay its own too.
-    forged(sut, W4, frame(W4, W1, Op.COLLECT, [(0, 0)], iteration=1, job_id=OTHER_JOB),
+    dropped_as(sut, W4, frame(W4, W1, Op.COLLECT, [(0, 0)], iteration=1, job_id=OTHER_JOB),
            Stat.FOREIGN_PS)  # fmt: skip
 
 
@@ -521,17 +676,86 @@ def test_every_worker_op_needs_the_workers_admission_and_changes_apply_at_once(s
     sut.hot(JOB, {10: 0})
     for op in (Op.PULL, Op.DONE, Op.PUSH_ACK, Op.COLLECT_REPLY):
         data = frame(W4, PS, op, [(10, 0)], seq=1, iteration=1, job_id=JOB, worker_id=1)
-        forged(sut, W4, data, Stat.FOREIGN_WORKER)
+        dropped_as(sut, W4, data, Stat.FOREIGN_WORKER)
     sut.revoke(JOB, 1, W2)
-    forged(sut, W2, push(W2, 1, [(10, 7)]), Stat.FOREIGN_WORKER)
+    dropped_as(sut, W2, push(W2, 1, [(10, 7)]), Stat.FOREIGN_WORKER)
     # h2's address admitted on port 4 instead: the same frame passes there (its ack follows
     # the route to h2's address), not on port 2.
     sut.admit(JOB, 1, W4, host=W2)
     assert only(sut.ports.exchange(W4, push(W2, 1, [(10, 7)])), W2).agg.op == Op.PUSH_ACK
-    forged(sut, W2, push(W2, 2, [(10, 7)]), Stat.FOREIGN_WORKER)
+    dropped_as(sut, W2, push(W2, 2, [(10, 7)]), Stat.FOREIGN_WORKER)
     # The PS's admission is per job: revoked for job 1, h3 still collects job 2.
     sut.revoke(JOB, None, PS)
-    forged(sut, PS, frame(PS, W1, Op.COLLECT, [(0, 0)], iteration=1, job_id=JOB), Stat.FOREIGN_PS)
+    dropped_as(
+        sut, PS, frame(PS, W1, Op.COLLECT, [(0, 0)], iteration=1, job_id=JOB), Stat.FOREIGN_PS
+    )
     assert collect(sut, 1, job=OTHER_JOB) == {}
     sut.admit(JOB, None, PS)
     assert collect(sut, 1) == {10: 7}
+
+
+# --- replies: only from where the job's PS is (docs/design.md §2, "Tenancy") ---
+
+WORKER_REPLIES = (Op.PUSH_ACK, Op.PULL_REPLY, Op.DONE_ACK)
+
+
+def reply(src: int, op: Op, *, to: int = W1, job: int = JOB, entries=((10, 5),)) -> bytes:
+    """A reply from host `src`'s address (the PS's port 18497) to worker host `to`."""
+    return frame(
+        src, to, op, list(entries), sport=HOTAGG_PORT, dport=CLIENT_SPORT + to, seq=1,
+        iteration=1, job_id=job, worker_id=to - 1,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("op", WORKER_REPLIES)
+def test_a_reply_to_a_worker_passes_only_from_the_jobs_ps(sut, op):
+    genuine = reply(PS, op)
+    before = sut.stats()
+    got = only(sut.ports.exchange(PS, genuine), W1)
+    assert bytes(got.agg) == genuine[42:] and got.pkt[IP].src == host_ip(PS)
+    assert sut.stats() == before  # an admitted reply is routed and counts nothing
+    # Another job's host, with the PS's address and with its own; a worker of the same job
+    # with the PS's address; the PS's port for a job it is not admitted for.
+    for port, data in (
+        (W4, genuine),
+        (W4, reply(W4, op)),
+        (W2, genuine),
+        (W2, reply(W2, op, to=W1)),
+        (PS, reply(PS, op, job=99)),
+    ):
+        dropped_as(sut, port, data, Stat.FOREIGN_REPLY)
+    # Once the PS's admission is revoked, its own replies are refused too.
+    sut.revoke(JOB, None, PS)
+    dropped_as(sut, PS, genuine, Stat.FOREIGN_REPLY)
+
+
+def test_replies_to_the_ps_are_routed_whoever_sends_them(sut):
+    """COLLECT_REPLY and WRITEBACK_ACK go to a PS, which takes them only as answers to its
+    own requests (docs/trust.md says what is left)."""
+    for op in (Op.COLLECT_REPLY, Op.WRITEBACK_ACK):
+        data = reply(W4, op, to=PS)
+        got = only(sut.ports.exchange(W4, data), PS)
+        assert bytes(got.agg) == data[42:]
+
+
+def test_malformed_replies_are_dropped_and_counted(sut):
+    good = reply(PS, Op.PULL_REPLY, entries=[(10, 1), (11, 2)])
+    for data, reason in (
+        (good[: 42 + 10], Stat.MALFORMED),  # truncated header
+        (good[:-5], Stat.MALFORMED),  # truncated entries
+        (good[: 42 + 3] + b"\x09" + good[42 + 4 :], Stat.MALFORMED),  # count 9
+        (good[: 42 + 3] + b"\x01" + good[42 + 4 :], Stat.MALFORMED),  # count vs UDP length
+        (good[:42] + b"\x02" + good[43:], Stat.MALFORMED),  # version 2
+        (good[:43] + b"\x00" + good[44:], Stat.UNKNOWN_OP),
+        (good[:43] + b"\x0c" + good[44:], Stat.UNKNOWN_OP),  # past OP_MAX
+    ):
+        dropped_as(sut, PS, data, reason)
+
+
+def test_the_switchs_own_replies_carry_the_ps_address_and_still_pass(sut):
+    """A switch reply leaves by egress without crossing this switch's ingress again; a
+    forged copy of it sent back in from a worker's port is refused."""
+    sut.hot(JOB, {10: 0})
+    ack = only(sut.ports.exchange(W1, push(W1, 1, [(10, 5)])), W1)
+    assert ack.agg.op == Op.PUSH_ACK and ack.pkt[IP].src == host_ip(PS)
+    dropped_as(sut, W2, ack.data, Stat.FOREIGN_REPLY)

@@ -25,7 +25,7 @@ from contract.constants import (
 from contract.layers import Hotagg
 from controller.leaves import ChainNext, ServiceAddress
 from tests.packet_harness import frame, host_ip
-from tests.test_packets import JOB, PS, W1, W2, W4, collect, forged, only, pull, push
+from tests.test_packets import JOB, PS, W1, W2, W4, collect, dropped_as, only, pull, push
 
 pytestmark = [pytest.mark.root]
 
@@ -127,13 +127,13 @@ def test_flush_is_checked_as_a_ps_op_and_as_a_push(sut):
     only(sut.ports.exchange(W1, push(W1, 1, [(10, 5)])), W1)
     serve_at(sut, SERVICE)
     # another job's host, the same with the PS's address, a worker of the job
-    forged(sut, W4, flush(0, src=W4), Stat.FOREIGN_PS)
-    forged(sut, W4, flush(0), Stat.FOREIGN_PS)
-    forged(sut, W1, flush(0, src=W1), Stat.FOREIGN_PS)
-    forged(sut, PS, frame(PS, SERVICE, Op.FLUSH, [(10, 1)], seq=1, iteration=1, job_id=JOB),
+    dropped_as(sut, W4, flush(0, src=W4), Stat.FOREIGN_PS)
+    dropped_as(sut, W4, flush(0), Stat.FOREIGN_PS)
+    dropped_as(sut, W1, flush(0, src=W1), Stat.FOREIGN_PS)
+    dropped_as(sut, PS, frame(PS, SERVICE, Op.FLUSH, [(10, 1)], seq=1, iteration=1, job_id=JOB),
            Stat.MALFORMED)  # fmt: skip
-    forged(sut, PS, flush(0, seq=0), Stat.MALFORMED)
-    forged(sut, PS, frame(PS, SERVICE, Op.FLUSH, seq=1, iteration=1, job_id=JOB, worker_id=64),
+    dropped_as(sut, PS, flush(0, seq=0), Stat.MALFORMED)
+    dropped_as(sut, PS, frame(PS, SERVICE, Op.FLUSH, seq=1, iteration=1, job_id=JOB, worker_id=64),
            Stat.BAD_WORKER)  # fmt: skip
     assert sums(collect_at(sut, 1)) == {10: 5}
 
@@ -169,7 +169,7 @@ def test_a_service_address_routes_ps_ops_for_others_on_and_answers_its_own(sut):
     assert ack.op == Op.WRITEBACK_ACK and ack.mask == 1
     assert pull(sut, [10], iteration=2).agg.op == Op.PULL_REPLY
     # Still checked there: another job's host addressing the service address.
-    forged(sut, W4, frame(W4, SERVICE, Op.COLLECT, [(10, 0)], iteration=1, job_id=JOB),
+    dropped_as(sut, W4, frame(W4, SERVICE, Op.COLLECT, [(10, 0)], iteration=1, job_id=JOB),
            Stat.FOREIGN_PS)  # fmt: skip
 
 
@@ -233,7 +233,7 @@ def test_partial_push_without_a_service_address_is_routed_on_unchanged(sut):
         assert got.pkt[UDP].chksum == udp_checksum(data)
     assert collect(sut, 1) == {}
     # Tenancy still applies: a pseudo-worker nobody admitted.
-    forged(sut, W4, partial(1, [(10, 3)], worker=PSEUDO + 1), Stat.FOREIGN_WORKER)
+    dropped_as(sut, W4, partial(1, [(10, 3)], worker=PSEUDO + 1), Stat.FOREIGN_WORKER)
 
 
 def test_chained_writeback_goes_on_to_the_next_leaf_and_the_last_acks_it(sut):
@@ -264,3 +264,24 @@ def test_chained_writeback_goes_on_to_the_next_leaf_and_the_last_acks_it(sut):
     plain = frame(PS, SERVICE, Op.WRITEBACK, entries, seq=5, iteration=2, job_id=JOB)
     ack = only(sut.ports.exchange(PS, plain), PS).agg
     assert (ack.op, ack.count, ack.mask) == (Op.WRITEBACK_ACK, 3, 0b011)
+
+
+def test_a_switchs_answer_to_the_ps_between_two_ports_18497_passes_as_a_reply(sut):
+    """The PS sends from port 18497, so a switch's answer to it (a remote leaf's
+    WRITEBACK_ACK at the end of the chain, a COLLECT_REPLY) goes from port 18497 to port
+    18497. A switch it crosses takes it as a reply by its op: routed, not checked as a
+    worker op (which would drop it as FOREIGN_WORKER)."""
+    sut.hot(JOB, {10: 0})
+    for op in (Op.WRITEBACK_ACK, Op.COLLECT_REPLY):
+        data = frame(W4, PS, op, [], sport=HOTAGG_PORT, seq=3, iteration=1, job_id=JOB,
+                     flags=FLAG_FROM_SWITCH)  # fmt: skip
+        before = sut.stats()
+        got = only(sut.ports.exchange(W4, data), PS)
+        assert delta(sut, before) == {}
+        assert bytes(got.agg) == bytes(Hotagg(data[42:]))
+    # A reply a worker takes is still checked as one: from h4's port, not the PS's.
+    data = frame(W4, W1, Op.PUSH_ACK, [], sport=HOTAGG_PORT, seq=1, iteration=1, job_id=JOB)
+    dropped_as(sut, W4, data, Stat.FOREIGN_REPLY)
+    # A request op between two ports 18497 is a request (a partial PUSH is one).
+    data = frame(W4, PS, Op.PUSH, [(10, 1)], sport=HOTAGG_PORT, seq=1, iteration=1, job_id=JOB)
+    dropped_as(sut, W4, data, Stat.FOREIGN_WORKER)

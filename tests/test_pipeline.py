@@ -150,7 +150,8 @@ def test_longest_prefix_wins_and_misses_count_only_hotagg(p):
         p.process(1, frame(op=Op.DONE, dst=3).replace(bytes([10, 0, 0, 3]), bytes([11, 0, 0, 3])))
         == []
     )
-    assert p.process(1, bytes(Ether() / IP(dst="11.0.0.1") / UDP(sport=HOTAGG_PORT))) == []
+    reply = frame(Op.PUSH_ACK, src=PS, dst=1, sport=HOTAGG_PORT, dport=40001)
+    assert p.process(PS, reply.replace(bytes([10, 0, 0, 1]), bytes([11, 0, 0, 1]))) == []
     assert stats(p) == {"PASS": 3, "NO_ROUTE": 2}
 
 
@@ -645,7 +646,7 @@ def test_drop_simulator_is_seeded_and_sees_replies_and_malformed():
         q = Pipeline(seed=3)
         q.tables[P + "drop_sim"].set_default(P + "set_drop_rate", (65536 // 2,))
         q.tables[P + "ipv4_lpm"].insert(((0, 0),), P + "ipv4_forward", (1, 1))
-        reply = bytes(Ether() / IP() / UDP(sport=HOTAGG_PORT, dport=5000) / b"r")
+        reply = frame(Op.COLLECT_REPLY, src=PS, dst=1, sport=HOTAGG_PORT, dport=5000)
         pattern.append([bool(q.process(2, reply)) for _ in range(200)])
         bad = bytes(Ether() / IP() / UDP(dport=HOTAGG_PORT) / b"short")
         assert not any(q.process(2, bad) for _ in range(200))
@@ -815,14 +816,14 @@ def test_tenancy_takes_collect_and_writeback_only_from_the_jobs_ps(closed):
     assert agg(only(p.process(PS, co), PS)).op == Op.COLLECT_REPLY and p.cache_iter[0] == 0
 
 
-def test_tenancy_comes_after_the_checks_of_form_and_job_and_spares_replies(closed):
+def test_tenancy_comes_after_the_checks_of_form_and_job(closed):
     p = closed
     bad_version = bytearray(frame(entries=[(100, 1)], src=4, worker_id=9))
     bad_version[42] = 2
     assert p.process(4, bytes(bad_version)) == []
     assert p.process(4, frame(entries=[(100, 1)], src=4, job_id=9)) == []
     assert stats(p) == {"MALFORMED": 1, "UNKNOWN_JOB": 1}
-    # A reply from the PS (source port 18497) is not a request: routed as before.
+    # A reply from the job's PS (source port 18497) passes ps_admission (tests/test_replies.py).
     reply = frame(Op.PUSH_ACK, [], src=PS, dst=2, sport=HOTAGG_PORT, dport=40002, worker_id=5)
     assert only(p.process(PS, reply), 2)[14:] != b""
     # A default action of admit turns tenancy off, for every job and op.

@@ -33,7 +33,10 @@ control FromController(inout headers_t hdr, inout standard_metadata_t standard_m
 }
 
 // Ingress step 7: route on the (possibly swapped) destination. A hotagg packet without a
-// route counts NO_ROUTE.
+// route counts NO_ROUTE. ipv4_forward never sends a packet on with TTL 0: one that came with
+// TTL 0 or 1 is dropped and counted TTL_EXPIRED instead (hotagg or not; no ICMP time
+// exceeded). send_to_cpu neither checks nor decrements the TTL: the controller takes the
+// packet as it came, as a router's CPU takes one addressed to it.
 control Forwarding(inout headers_t hdr,
                    in bool is_hotagg,
                    inout standard_metadata_t standard_metadata)(counter stats) {
@@ -76,10 +79,16 @@ control Forwarding(inout headers_t hdr,
     }
 
     apply {
+        // The TTL the packet came with: ipv4_forward decrements it (wrapping 0 to 255 on a
+        // packet dropped just below).
+        bit<8> ttl_in = hdr.ipv4.ttl;
         switch (ipv4_lpm.apply().action_run) {
             ipv4_forward: {
-                // A route out of CPU_PORT is a PacketIn too.
-                if (standard_metadata.egress_spec == CPU_PORT) {
+                if (ttl_in <= 1) {
+                    mark_to_drop(standard_metadata);
+                    stats.count(STAT_TTL_EXPIRED);
+                } else if (standard_metadata.egress_spec == CPU_PORT) {
+                    // A route out of CPU_PORT is a PacketIn too.
                     to_controller.apply(hdr.packet_in, standard_metadata.ingress_port);
                 }
             }

@@ -50,7 +50,8 @@ header udp_t {
 }
 
 /*
- * hotagg header (20 bytes, network byte order), after UDP with destination port 18497:
+ * hotagg header (20 bytes, network byte order), after UDP with destination port 18497 (a
+ * request) or source port 18497 (a reply):
  *
  *  0                   1                   2                   3
  *  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1

@@ -13,7 +13,10 @@
 // packet at 158 bytes.
 const bit<8> MAX_ENTRIES = 8;
 
-// Wire lengths in bytes: a valid request has udp.length == 8 + 20 + 12 * count.
+// Wire lengths in bytes: a valid request or reply has udp.length == 8 + 20 + 12 * count.
+// ETH_IPV4_LEN: where UDP starts (Ethernet, IPv4 without options), to check that a frame
+// holds its UDP datagram whole.
+const bit<32> ETH_IPV4_LEN = 34;
 const bit<16> UDP_HEADER_LEN = 8;
 const bit<16> HEADER_LEN = 20;
 const bit<16> ENTRY_LEN = 12;

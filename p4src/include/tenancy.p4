@@ -5,6 +5,9 @@
  * for its (job_id, worker_id), a COLLECT or WRITEBACK from one admitted as the job's PS.
  * Default deny: a job without entries is served to no one. Applied before any register is
  * read or written, so a forged request changes no dedup cell, sum or cache entry.
+ * A reply a worker takes (PUSH_ACK, PULL_REPLY, DONE_ACK) passes only from where the job's
+ * PS's traffic arrives (ps_admission), on every switch it crosses: the controller admits the
+ * PS on each switch on its paths to the job's workers.
  */
 #ifndef HOTAGG_TENANCY_P4
 #define HOTAGG_TENANCY_P4
@@ -46,7 +49,8 @@ control Admission(in job_id_t job_id,
         size = WORKER_ADMISSION_SIZE;
     }
 
-    // Where a job's COLLECT and WRITEBACK come from: its PS host(s), one entry per shard.
+    // Where a job's COLLECT and WRITEBACK, and the replies to its workers, come from: its PS
+    // host(s), one entry per shard and port its traffic arrives on.
     @name(".HotaggIngress.ps_admission") @id(HOTAGG_ID_TABLE_PS_ADMISSION)
     table ps_admission {
         key = {

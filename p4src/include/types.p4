@@ -49,7 +49,7 @@ const op_t OP_PUSH_ACK = 2;
 const op_t OP_PULL = 3;
 const op_t OP_PULL_REPLY = 4;
 @noWarn("unused") const op_t OP_DONE = 5;          // passes through the switch
-@noWarn("unused") const op_t OP_DONE_ACK = 6;
+const op_t OP_DONE_ACK = 6;
 const op_t OP_COLLECT = 7;
 const op_t OP_COLLECT_REPLY = 8;
 const op_t OP_WRITEBACK = 9;
@@ -89,6 +89,12 @@ const stat_t STAT_PASS = 21;
 // controller did not admit; dropped before any register is read or written.
 const stat_t STAT_FOREIGN_WORKER = 22;  // a worker op not from that (job, worker id)'s admission
 const stat_t STAT_FOREIGN_PS = 23;      // COLLECT, WRITEBACK or FLUSH not from the job's PS
+// Any IPv4 packet, hotagg or not, that ipv4_forward would send on with TTL 0 (it came with
+// TTL 0 or 1), and a checked hotagg request that came with TTL 0 or 1 (before it is processed).
+const stat_t STAT_TTL_EXPIRED = 24;
+// A PUSH_ACK, PULL_REPLY or DONE_ACK (a reply: UDP source port 18497) from a (ingress port,
+// IPv4 source) not admitted as its job's PS (ps_admission); dropped.
+const stat_t STAT_FOREIGN_REPLY = 25;
 // Aggregation at every leaf (leaves.p4, docs/design.md §7).
 // TRANSIT: routed on unchanged, a PS op addressed to another switch or a partial PUSH where
 // no service address is set.

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 IPV4_FORWARD = names.ACTION_IPV4_FORWARD
 SEND_TO_CPU = names.ACTION_SEND_TO_CPU
 NO_ROUTE = Stat.NO_ROUTE.value
+TTL_EXPIRED = Stat.TTL_EXPIRED.value
 
 Output = list[tuple[int, bytes]]
 
@@ -110,9 +111,14 @@ def route(p: Pipeline, out: bytearray, ingress_port: int, hotagg: bool, nbytes: 
         return []
     port, dst_mac = hit
     if dst_mac is not None:  # ipv4_forward
+        ttl = out[IP_TTL]
+        if ttl <= 1:  # it would leave with TTL 0: dropped, hotagg or not (send_to_cpu: kept)
+            p.stats_packets[TTL_EXPIRED] += 1
+            p.stats_bytes[TTL_EXPIRED] += nbytes
+            return []
         out[ETH_SRC : ETH_SRC + 6] = out[ETH_DST : ETH_DST + 6]
         out[ETH_DST : ETH_DST + 6] = dst_mac
-        out[IP_TTL] = (out[IP_TTL] - 1) & 0xFF
+        out[IP_TTL] = ttl - 1
     # the deparser's checksum (set_ipv4_checksum, inlined): the sum of all words but the
     # old checksum
     w = IP_WORDS.unpack_from(out, IP)
@@ -179,6 +185,8 @@ def _head_template(p: Pipeline, key: HeadKey, change: int, shrink: int) -> HeadT
     """(port, output head for IPv4 id 0, its header's ones' complement sum) or None."""
     before_id, after_id, after_csum = key
     out = bytearray(b"".join((before_id, b"\0\0", after_id, b"\0\0", after_csum, b"\0\0")))
+    if out[IP_TTL] <= 1:  # route() would count TTL_EXPIRED: the general path does, once
+        return None
     if change == ANSWER:
         answer_headers(out, out, shrink)
     elif shrink:

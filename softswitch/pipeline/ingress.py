@@ -1,4 +1,4 @@
-"""HotaggIngress.apply: the order of checks of docs/design.md section 2, steps 1-7 (and 5a, 5b)."""
+"""HotaggIngress.apply: the order of checks of docs/design.md section 2, steps 1-7 (and 5a-5c)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from contract.constants import (
     MAX_ENTRIES,
     MAX_WORKERS,
     VERSION,
+    WORKER_REPLY_OPS,
     Op,
     Stat,
 )
@@ -26,6 +27,7 @@ from softswitch.pipeline.parser import (
     HOTAGG,
     IP_DST,
     IP_SRC,
+    IP_TTL,
     MIN_IPV4,
     MIN_UDP,
     PROTO_UDP,
@@ -49,6 +51,12 @@ FOREIGN_WORKER = Stat.FOREIGN_WORKER.value
 FOREIGN_PS = Stat.FOREIGN_PS.value
 TRANSIT = Stat.TRANSIT.value
 BAD_WORKER = Stat.BAD_WORKER.value
+TTL_EXPIRED = Stat.TTL_EXPIRED.value
+FOREIGN_REPLY = Stat.FOREIGN_REPLY.value
+WORKER_REPLIES = frozenset(op.value for op in WORKER_REPLY_OPS)
+REPLY_OPS = frozenset(
+    op.value for op in (Op.PUSH_ACK, Op.PULL_REPLY, Op.DONE_ACK, Op.COLLECT_REPLY, Op.WRITEBACK_ACK)
+)
 OP_PUSH = Op.PUSH.value
 OP_PULL = Op.PULL.value
 OP_COLLECT = Op.COLLECT.value
@@ -82,9 +90,8 @@ def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
         sp[SIM_DROP] += 1
         sb[SIM_DROP] += n
         return []
-    if dport != HOTAGG_PORT:  # a reply from the PS: the header is not parsed
-        return route(p, bytearray(frame), ingress_port, True, n)
-    # step 4: parser errors (truncated header or entries, count > 8), version, udp.length
+    # step 4, requests and replies (source port 18497) alike: parser errors (truncated
+    # header or entries, count > 8), version, udp.length
     if n < ENTRIES:
         sp[MALFORMED] += 1
         sb[MALFORMED] += n
@@ -104,6 +111,17 @@ def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
         sp[UNKNOWN_OP] += 1
         sb[UNKNOWN_OP] += n
         return []
+    # A request goes to port 18497; a reply op from port 18497 is a reply even to port 18497
+    # (the switch's answer to a PS, whose requests leave from its port 18497).
+    if dport != HOTAGG_PORT or (sport == HOTAGG_PORT and op in REPLY_OPS):  # a reply
+        # step 5b for a reply a worker takes: only from where its job's PS's traffic arrives
+        if op in WORKER_REPLIES:
+            src = int.from_bytes(frame[IP_SRC : IP_SRC + 4], "big")
+            if not admitted(p, True, job_id, worker, ingress_port, src):
+                sp[FOREIGN_REPLY] += 1
+                sb[FOREIGN_REPLY] += n
+                return []
+        return route(p, bytearray(frame), ingress_port, True, n)
     # step 5a (leaves.py): the service address, read for PS ops and partial PUSHes only; a PS
     # op addressed to another switch is routed on unchecked, as a reply is
     partial = op == OP_PUSH and flags & FLAG_FROM_SWITCH
@@ -130,6 +148,12 @@ def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
         reason = FOREIGN_PS if ps_op else FOREIGN_WORKER
         sp[reason] += 1
         sb[reason] += n
+        return []
+    # step 5c: TTL 0 or 1 could not be routed on (step 7 would drop it), so it is dropped
+    # before step 6 reads or writes any register
+    if frame[IP_TTL] <= 1:
+        sp[TTL_EXPIRED] += 1
+        sb[TTL_EXPIRED] += n
         return []
     # step 6
     if op == OP_PUSH:
