@@ -50,6 +50,7 @@ from hosts.agent import (
     parse_address,
     positive_int,
 )
+from hosts.leaf_flush import Leaf
 from hosts.ps_barrier import Barrier, IterationState
 from hosts.ps_config import PSConfig
 from hosts.ps_frequency import FrequencyCounts
@@ -117,7 +118,7 @@ class ParameterServer:
         try:
             while not self._stop.is_set():
                 deadline.check()
-                timeout = deadline.remaining(self.barrier.switch.timeout(0.2))
+                timeout = deadline.remaining(self.barrier.timeout(0.2))
                 batch = self.socket.recv_batch(timeout)
                 if batch:
                     last_rx = time.perf_counter()
@@ -180,6 +181,14 @@ class ParameterServer:
             write_json(cfg.summary_path, self.summary())
 
 
+def parse_leaf(text: str) -> Leaf:
+    """`10.0.2.254/15` (or with :port) -> the remote leaf's address and pseudo-worker id."""
+    address, _, worker = text.rpartition("/")
+    if not address or not worker.isdigit():
+        raise AgentError(f"--leaf {text!r}: expected IP[:PORT]/WORKER, e.g. 10.0.2.254/15")
+    return Leaf(parse_address(address, HOTAGG_PORT), int(worker))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = HelpParser(prog="python -m hosts.ps", description=__doc__.split("\n")[0])
     p.add_argument("--job", type=int, required=True, help="job id (0..65535)")
@@ -194,6 +203,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--switch", help=f"switch service address ip[:port] (port {HOTAGG_PORT})")
     p.add_argument("--hot-slots", type=int, default=0, help="the job's slot_count")
     p.add_argument("--no-writeback", action="store_true", help="do not fill the switch cache")
+    p.add_argument(
+        "--leaf",
+        action="append",
+        default=[],
+        metavar="IP[:PORT]/WORKER",
+        help="a remote leaf that aggregates too (docs/design.md section 7): its service "
+        "address and the worker id its partial pushes carry; repeat in chain order",
+    )
     p.add_argument(
         "--hot-keys",
         help="CSV key,offset of the keys made hot (from the controller): their cache is "
@@ -264,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             collect=args.collect,
             switch=parse_address(args.switch, HOTAGG_PORT) if args.switch else None,
             hot_slots=args.hot_slots,
+            leaves=tuple(parse_leaf(text) for text in args.leaf),
             writeback=not args.no_writeback,
             rto=args.rto,
             rto_max=max(args.rto, 0.4),

@@ -23,6 +23,7 @@ import numpy as np
 from contract.codec import Message
 from contract.constants import INT32_MAX, INT32_MIN
 from hosts.agent import Address
+from hosts.leaf_flush import LeafFlush
 from hosts.ps_config import PSConfig
 from hosts.ps_frequency import FrequencyCounts
 from hosts.switch_cache import CacheBeliefs
@@ -35,6 +36,7 @@ class Phase(Enum):
     keys, and releases (DONE_ACK to every worker)."""
 
     ACCUMULATING = "accumulating"
+    FLUSHING = "flushing"  # remote leaves' partial sums up to the root (design.md section 7)
     COLLECTING = "collecting"
     INVALIDATING = "invalidating"
     WRITING_BACK = "writing back"
@@ -54,10 +56,17 @@ class IterationState:
     collected_sums: list[int] = field(default_factory=list)
     collected_offsets: list[int] = field(default_factory=list)
     refreshed: list[tuple[int, int]] = field(default_factory=list)  # (offset, key)
+    # partial PUSHes of remote leaves that reached the PS with refused entries (section 7)
+    flush_remainders: int = 0
 
     @property
     def in_barrier(self) -> bool:
-        return self.phase in (Phase.COLLECTING, Phase.INVALIDATING, Phase.WRITING_BACK)
+        return self.phase in (
+            Phase.FLUSHING,
+            Phase.COLLECTING,
+            Phase.INVALIDATING,
+            Phase.WRITING_BACK,
+        )
 
 
 class Barrier:
@@ -85,6 +94,12 @@ class Barrier:
         # what this PS believes the switch cache holds (docs/design.md section 3)
         self.cache = CacheBeliefs()
         self.switch = SwitchChannel(config, send, row, counters, self.cache.refresh_lost)
+        # aggregation at every leaf: the remote leaves' sums are flushed to the root first
+        self.flush = (
+            LeafFlush(config.job_id, config.leaves, config.hot_slots, send, counters)
+            if config.leaves
+            else None
+        )
         self._on_release = on_release
 
     @property
@@ -99,7 +114,23 @@ class Barrier:
 
     def busy(self) -> bool:
         """A step is under way that the switch's replies or timeouts move on (`advance`)."""
-        return self.it.in_barrier or self.switch.writeback_queued()
+        return self.it.in_barrier or self._writing()
+
+    def timeout(self, limit: float) -> float:
+        """Seconds until something is due (a resend, or a flush-count probe), at most `limit`."""
+        limit = self.switch.timeout(limit)
+        flushing = self.flush is not None and self.it.phase is Phase.FLUSHING
+        if flushing and self.flush is not None and not self.switch.probing():
+            limit = min(limit, self.flush.probe_due())
+        return limit
+
+    def _writing(self) -> bool:
+        return self.switch.writeback_queued() or self.switch.chaining()
+
+    def _chain(self, iteration: int, keys: list[int], values: list[int]) -> None:
+        """Write these values, tagged `iteration`, into every remote leaf's cache."""
+        if self.cfg.leaves and keys:
+            self.switch.start_chain(iteration, keys, values, self.cfg.leaves[0].address)
 
     def prefill(self) -> None:
         """WRITEBACK the initial values of this shard's configured hot keys, tagged iteration 1
@@ -113,12 +144,21 @@ class Barrier:
         self.cache.seed(mine)
         keys = sorted(mine)
         self.switch.start_writeback(self.cur, keys, self.params[keys].tolist())
+        self._chain(self.cur, keys, self.params[keys].tolist())
 
     def finalize(self) -> None:
         """Every worker's DONE for `cur` is in: collect (or, server-only, apply at once)."""
         if not self.cfg.collect:
             self._apply()
             return
+        if self.flush is not None:
+            self.it.phase = Phase.FLUSHING
+            self.flush.start(self.it.number)
+            self.advance()
+            return
+        self._start_collect()
+
+    def _start_collect(self) -> None:
         it = self.it
         it.phase = Phase.COLLECTING
         # Ask the switch to move a cached key on to cur + 1 only if this PS holds no cold
@@ -134,7 +174,12 @@ class Barrier:
         """Tick the switch channel and move the barrier on when its step is complete."""
         self.switch.tick()
         it = self.it
-        if it.phase is Phase.COLLECTING and not self.switch.collecting():
+        if it.phase is Phase.FLUSHING and self.flush is not None:
+            if self.flush.done:
+                self._start_collect()
+            elif not self.switch.probing() and self.flush.probe_due() == 0:
+                self.switch.start_probe(it.number)
+        elif it.phase is Phase.COLLECTING and not self.switch.collecting():
             wrong = self._collected_elsewhere()
             if wrong:
                 it.phase = Phase.INVALIDATING
@@ -143,7 +188,7 @@ class Barrier:
                 self._apply()
         elif it.phase is Phase.INVALIDATING and not self.switch.invalidating():
             self._apply()
-        elif it.phase is Phase.WRITING_BACK and not self.switch.writeback_queued():
+        elif it.phase is Phase.WRITING_BACK and not self._writing():
             self._release()
 
     def on_collect_reply(self, m: Message) -> str:
@@ -151,6 +196,11 @@ class Barrier:
         it = self.it
         collecting = it.phase in (Phase.COLLECTING, Phase.INVALIDATING)
         reply = self.switch.on_collect_reply(m, collecting)
+        if reply.flush_count is not None:
+            if it.phase is Phase.FLUSHING and self.flush is not None:
+                self.flush.on_count(reply.flush_count + it.flush_remainders)
+                self.advance()
+            return reply.result
         for offset in reply.refused:
             self.cache.refused(offset)
         for offset, key in reply.refreshed:
@@ -205,19 +255,26 @@ class Barrier:
         if not (self.cfg.collect and self.cfg.writeback and self.hot):
             self._release()
             return
-        # Keys the switch refreshed in this pass are cached for cur + 1 already.
+        # Keys the switch refreshed in this pass are cached for cur + 1 already; the remote
+        # leaves' caches are written whole (their sums were partial).
         nxt, holds = self.cur + 1, self.cache.holds
-        keys = np.array(sorted(k for k in self.hot if not holds(k, nxt)), dtype=np.intp)
-        if not len(keys):
+        root = np.array(sorted(k for k in self.hot if not holds(k, nxt)), dtype=np.intp)
+        leaves = np.array(sorted(self.hot) if self.flush else [], dtype=np.intp)
+        if not len(root) and not len(leaves):
             self._release()
             return
-        cached = self.params[keys]
-        fits = (cached >= INT32_MIN) & (cached <= INT32_MAX)  # else the PS answers (saturated)
-        self.counters["writeback_skipped"] += int((~fits).sum())
         it.phase = Phase.WRITING_BACK
-        self.switch.start_writeback(self.cur + 1, keys[fits].tolist(), cached[fits].tolist())
-        if not self.switch.writeback_queued():
+        for keys, send in ((root, self.switch.start_writeback), (leaves, self._send_chain)):
+            if len(keys):
+                cached = self.params[keys]
+                fits = (cached >= INT32_MIN) & (cached <= INT32_MAX)  # else the PS answers
+                self.counters["writeback_skipped"] += int((~fits).sum())
+                send(nxt, keys[fits].tolist(), cached[fits].tolist())
+        if not self._writing():
             self._release()
+
+    def _send_chain(self, iteration: int, keys: list[int], values: list[int]) -> None:
+        self._chain(iteration, keys, values)
 
     def _release(self) -> None:
         """Iteration cur is done: the next one starts, and the caller releases the workers."""

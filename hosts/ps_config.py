@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from contract.constants import HOTAGG_PORT, MAX_WORKERS, NUM_SLOTS
 from contract.freqfile import is_live
 from hosts.agent import Address, AgentError
+from hosts.leaf_flush import Leaf
 
 
 @dataclass
@@ -37,6 +38,8 @@ class PSConfig:
     # key -> slot offset (or None) of the keys the controller made hot: written back before
     # iteration 1, so that the cache serves pulls from the start
     hot_keys: dict[int, int | None] | None = None
+    # aggregation at every leaf (docs/design.md section 7): the remote leaves, in chain order
+    leaves: tuple[Leaf, ...] = ()
 
     def validate(self) -> None:
         if not 0 <= self.job_id < 1 << 16:
@@ -54,3 +57,20 @@ class PSConfig:
             raise AgentError("--freq-every rewrites a file; a .live --freq is always current")
         if self.rto <= 0 or self.rto_max < self.rto or retries_bad:
             raise AgentError("0 < rto <= rto_max and collect_retries >= 0 are required")
+        self._validate_leaves()
+
+    def _validate_leaves(self) -> None:
+        if not self.leaves:
+            return
+        if not self.collect:
+            raise AgentError("--leaf needs --collect: the leaves' sums are flushed to the root")
+        if self.n_shards != 1:
+            raise AgentError("--leaf needs one PS shard: the flushes of one job have one sender")
+        pseudo = [leaf.pseudo_worker for leaf in self.leaves]
+        if len(set(pseudo)) != len(pseudo) or not all(
+            self.n_workers <= p < MAX_WORKERS for p in pseudo
+        ):
+            raise AgentError(
+                f"--leaf pseudo-worker ids must be distinct and in {self.n_workers}.."
+                f"{MAX_WORKERS - 1} (past the job's {self.n_workers} workers)"
+            )

@@ -30,6 +30,7 @@ import numpy as np
 from contract.codec import CodecError, Message, decode, encode
 from contract.constants import (
     DEDUP_WINDOW,
+    FLAG_FROM_SWITCH,
     FLAG_RETRANSMIT,
     INT32_MAX,
     INT32_MIN,
@@ -74,7 +75,10 @@ class RequestHandler:
     ) -> None:
         self.cfg, self.params, self.barrier, self.counters = config, params, barrier, counters
         self._send, self._row = send, row
-        self._dedup = [_Dedup() for _ in range(config.n_workers)]
+        # the job's workers, then the remote leaves' pseudo-workers (design.md section 7)
+        self._pseudo = {leaf.pseudo_worker for leaf in config.leaves}
+        ids = max([config.n_workers, *(p + 1 for p in self._pseudo)])
+        self._dedup = [_Dedup() for _ in range(ids)]
         self._addr: dict[int, Address] = {}  # worker -> where its DONEs come from
         self._held: deque[tuple[Message, Address, float]] = deque()
         # the evicted keys the DONE_ACKs of one iteration carry (a re-ack repeats them)
@@ -95,6 +99,8 @@ class RequestHandler:
             result = "unknown_op"
         elif m.job_id != self.cfg.job_id:
             result = "unknown_job"
+        elif m.op == Op.PUSH and m.flags & FLAG_FROM_SWITCH and m.worker_id in self._pseudo:
+            result = self._on_partial_push(m)
         elif m.op in (Op.PUSH, Op.PULL, Op.DONE) and m.worker_id >= self.cfg.n_workers:
             result = "bad_worker"
         elif m.op == Op.PUSH:
@@ -154,6 +160,28 @@ class RequestHandler:
         self.counters["cold_entries"] += m.count
         self._send(self._ack(m, m.mask), addr)
         return "accepted"
+
+    def _on_partial_push(self, m: Message) -> str:
+        """A remote leaf's partial PUSH with entries the root refused (a slot conflict or an
+        overflow there): its sums are applied here, once, and it counts toward the flush. It
+        is not acked: the leaf sent it on the PS's FLUSH, and the PS counts it instead."""
+        b = self.barrier
+        if m.seq == 0:
+            return "malformed"
+        d = self._dedup[m.worker_id]
+        i = m.seq % DEDUP_WINDOW
+        if d.seqs[i] >= m.seq:
+            return "partial_dup"
+        if m.iteration != b.cur or b.it.phase is not Phase.FLUSHING:
+            return "bad_iteration"  # cannot happen: a flush completes only once this is in
+        if not self._keys_ok(m.keys):
+            return "bad_key"
+        d.seqs[i], d.masks[i] = m.seq, m.mask
+        b.it.cold_keys.extend(m.keys)
+        b.it.cold_values.extend(m.values)
+        b.it.flush_remainders += 1
+        self.counters["partial_entries"] += m.count
+        return "partial"
 
     def _ack(self, m: Message, mask: int) -> bytes:
         return encode(Op.PUSH_ACK, m.job_id, m.worker_id, m.seq, m.iteration, mask=mask)

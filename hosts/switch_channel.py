@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from contract.codec import Message
-from contract.constants import FLAG_INVALIDATE, MAX_ENTRIES, Op
+from contract.constants import FLAG_CHAIN, FLAG_INVALIDATE, MAX_ENTRIES, Op
 from hosts.agent import Address, AgentError, RttEstimator
 from hosts.ps_config import PSConfig
 from hosts.reliable import ReliableChannel, Request, Window
@@ -30,7 +30,13 @@ RowWriter = Callable[[float, float, "float | None", str, "Message | None", str, 
 # (keys, values, mask, flags) of one packet: COLLECT keys are the expected keys, values the
 # slot offsets and mask the slots to refresh (or invalidate, with FLAG_INVALIDATE).
 _Item = tuple[list[int], list[int], int, int]
-_OPS = {"collect": Op.COLLECT, "invalidate": Op.COLLECT, "writeback": Op.WRITEBACK}
+_OPS = {
+    "collect": Op.COLLECT,
+    "invalidate": Op.COLLECT,
+    "writeback": Op.WRITEBACK,
+    "probe": Op.COLLECT,  # an empty COLLECT: the root's flush count (section 7)
+    "chain": Op.WRITEBACK,  # FLAG_CHAIN: down the remote leaves (section 7)
+}
 
 
 @dataclass
@@ -40,6 +46,7 @@ class CollectReply:
     the offsets whose refresh it refused (the slot does not cache what the PS believed)."""
 
     result: str
+    flush_count: int | None = None  # a probe's answer: partial PUSHes the root absorbed
     collected: list[tuple[int, int, int]] = field(default_factory=list)
     refreshed: list[tuple[int, int]] = field(default_factory=list)
     refused: list[int] = field(default_factory=list)
@@ -64,7 +71,14 @@ class SwitchChannel:
         self._row, self.counters = row, counters
         # retries per kind; an INVALIDATE is never given up: a refresh left standing could be
         # served to a pull (the deadline bounds the run instead)
-        self._retries = {"collect": config.collect_retries, "invalidate": None, "writeback": 0}
+        # a probe and the chain are asked until answered: the barrier waits for them
+        self._retries = {
+            "collect": config.collect_retries,
+            "invalidate": None,
+            "writeback": 0,
+            "probe": None,
+            "chain": None,
+        }
         self._net: ReliableChannel[None] = ReliableChannel(
             send,
             counters,
@@ -97,6 +111,31 @@ class SwitchChannel:
     def writeback_queued(self) -> bool:
         """Whether WRITEBACKs are still waiting for room in the window."""
         return self._net.queued("writeback")
+
+    def probing(self) -> bool:
+        """Whether a flush-count probe is unanswered."""
+        return self._net.busy("probe")
+
+    def chaining(self) -> bool:
+        """Whether chained WRITEBACKs are queued or unanswered."""
+        return self._net.busy("chain")
+
+    def start_probe(self, iteration: int) -> None:
+        """Ask the root how many partial PUSHes of `iteration` it absorbed (an empty COLLECT;
+        its reply's `aux`)."""
+        self._start("probe", iteration, [([], [], 0, 0)])
+
+    def start_chain(
+        self, iteration: int, keys: list[int], values: list[int], first: Address
+    ) -> None:
+        """WRITEBACK these keys' values tagged `iteration` down the chain of remote leaves,
+        starting at `first`; the last leaf acks each packet."""
+        step = MAX_ENTRIES
+        items = [
+            (keys[i : i + step], values[i : i + step], 0, FLAG_CHAIN)
+            for i in range(0, len(keys), step)
+        ]
+        self._start("chain", iteration, items, first)
 
     def start_collect(self, iteration: int, refresh: dict[int, int]) -> None:
         """COLLECT all of the job's slots for `iteration`, MAX_ENTRIES offsets per packet,
@@ -144,6 +183,12 @@ class SwitchChannel:
         if self._net.spurious(m):
             return out
         r = self._net.lookup(m.seq)
+        if r is not None and r.kind == "probe":
+            if m.iteration != r.msg.iteration or m.count:
+                return out
+            self._net.answered(r, m, ordered=True)
+            self._row(r.wall, r.wall, time.time(), "COLLECT", m, "flush_count", r.dest)
+            return CollectReply("probe_reply", flush_count=m.aux)
         if r is None or r.kind != kind or m.iteration != r.msg.iteration or not collecting:
             return out
         keys, offsets, ask = r.msg.keys, r.msg.values, r.msg.mask
@@ -185,24 +230,28 @@ class SwitchChannel:
         self.counters["writeback_cached"] += len(cached)
         self.counters["writeback_rejected"] += len(rejected)
         r = self._net.lookup(m.seq)
-        if r is not None and r.kind == "writeback" and not self._net.spurious(m):
+        if r is not None and r.kind in ("writeback", "chain") and not self._net.spurious(m):
             self._net.answered(r, m, ordered=True)
             self._row(r.wall, r.wall, time.time(), "WRITEBACK", m, "cached", r.dest)
         return cached, rejected
 
     # --- machinery ---
 
-    def _start(self, kind: str, iteration: int, items: list[_Item]) -> None:
-        """Give up `kind`'s packets of the previous iteration, queue these and send."""
+    def _start(
+        self, kind: str, iteration: int, items: list[_Item], dest: Address | None = None
+    ) -> None:
+        """Give up `kind`'s packets of the previous iteration, queue these and send (to the
+        PS's switch unless `dest` is given)."""
         self._net.cancel(kind)
         cfg, op = self.cfg, _OPS[kind]
-        if cfg.switch is None:  # PSConfig.validate: collect, which starts these, needs a switch
+        dest = dest or cfg.switch
+        if dest is None:  # PSConfig.validate: collect, which starts these, needs a switch
             raise AgentError(f"PS shard {cfg.shard} has no switch address to send {kind} to")
         reqs: list[Request[None]] = []
         for keys, values, mask, flags in items:
             m = Message(op, flags, cfg.job_id, cfg.shard, self._seq, iteration, mask)
             m = m._replace(keys=tuple(keys), values=tuple(values))
-            reqs.append(Request(m, cfg.switch, kind, None, retries=self._retries[kind]))
+            reqs.append(Request(m, dest, kind, None, retries=self._retries[kind]))
             self._seq += 1
         self._net.submit(reqs)
         self._net.pump()
