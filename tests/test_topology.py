@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from topologies.generate import generate
 from topologies.topo import HotaggTopo
 from topologies.topology import TopologyFileError, load_topology, parse_topology
 
@@ -391,3 +392,15 @@ def test_every_tutorials_topology_file_loads() -> None:
     for path in files:
         topo = load_topology(path)
         assert topo.hosts and topo.switches and topo.links, path
+
+
+def test_with_leaves_aggregating_marks_every_switch_with_hosts_and_gives_each_an_address() -> None:
+    topo = parse_topology(generate("leafspine:3:2")).with_leaves_aggregating()
+    leaves = {n: s for n, s in topo.switches.items() if s.aggregate}
+    assert sorted(leaves) == ["s1", "s2", "s3"] and not topo.switches["s4"].aggregate
+    addresses = [s.service_ip for s in leaves.values()]
+    assert len(set(addresses)) == 3 and not set(addresses) & {h.ip for h in topo.hosts.values()}
+    for name, sw in leaves.items():  # each in its own rack's subnet
+        rack = [h for h in topo.hosts.values() if topo.attachment(h.name)[0] == name]
+        assert sw.service_ip.rsplit(".", 1)[0] == rack[0].ip.rsplit(".", 1)[0]
+    assert topo.remote_leaves() == ["s2", "s3"]

@@ -231,6 +231,44 @@ class Topology:
         }
         return dataclasses.replace(self, hosts=hosts, switches=switches_new)
 
+    def with_leaves_aggregating(self) -> Topology:
+        """The same topology with every switch that has hosts cabled to it aggregating (the
+        `leaves` design, docs/design.md section 7). Each keeps its service address, or gets
+        the highest free address of its first host's subnet."""
+        taken = {h.ip for h in self.hosts.values()} | {
+            s.service_ip for s in self.switches.values() if s.service_ip
+        }
+        switches = dict(self.switches)
+        for name, sw in self.switches.items():
+            cabled = sorted(
+                (h for h in self.hosts.values() if self._attach[h.name][0] == name), key=_natural
+            )
+            if not cabled:
+                continue
+            service_ip = sw.service_ip
+            if service_ip is None:
+                net = ipaddress.IPv4Interface(cabled[0].cidr).network
+                free = [str(a) for a in reversed(list(net.hosts())) if str(a) not in taken]
+                if not free:
+                    raise TopologyFileError(
+                        f"{self.source}: no free address in {net} for switch {name}"
+                    )
+                service_ip = free[0]
+                taken.add(service_ip)
+            switches[name] = dataclasses.replace(
+                sw,
+                aggregate=True,
+                service_ip=service_ip,
+                service_mac=sw.service_mac or _default_service_mac(sw.index),
+            )
+        return dataclasses.replace(self, switches=switches)
+
+    def remote_leaves(self) -> list[str]:
+        """The aggregating switches other than the one the parameter servers hang off (the
+        root), in file order: the leaves the PS flushes, in chain order."""
+        roots = {self.attachment(ps.name)[0] for ps in self.parameter_servers}
+        return [n for n, s in self.switches.items() if s.aggregate and n not in roots]
+
     def missing_hotagg_keys(self) -> str | None:
         """What a file (e.g. one of the P4 tutorials') lacks for an experiment, as one
         sentence naming the keys to add; None when nothing is missing."""
