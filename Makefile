@@ -30,6 +30,9 @@ WORKLOAD_ARGS ?=
 HOTSET ?= static
 HOTSET_SOURCE ?= ps
 DRIFT ?=
+# Where hot keys are aggregated: the PS's switch (ps-leaf), or every leaf of a leaf-spine with
+# the partial sums flushed up to the PS's leaf (leaves; docs/design.md section 7).
+AGGREGATE ?= ps-leaf
 # Link rate: `auto` calibrates after the warm-up, so that the PS's link sets the pace (the regime
 # hotagg emulates) on whatever machine this is; a number sets every link's Mbit/s; `BW=` (empty)
 # keeps the topology's own rates.
@@ -136,7 +139,7 @@ run: $(STAMP)
 	    --iterations '$(ITERATIONS)' --skew '$(SKEW)' --keys '$(KEYS)' \
 	    --hot-slots '$(HOT_SLOTS)' --loss '$(LOSS)' --seed '$(SEED)' --workload '$(WORKLOAD)' \
 	    --hotset '$(HOTSET)' --hotset-source '$(HOTSET_SOURCE)' $(if $(DRIFT),--drift '$(DRIFT)') \
-	    $(if $(BW),--bw '$(BW)') $(if $(PS),--ps '$(PS)') \
+	    --aggregate '$(AGGREGATE)' $(if $(BW),--bw '$(BW)') $(if $(PS),--ps '$(PS)') \
 	    $(if $(TRACE),--workload trace --trace '$(TRACE)') \
 	    $(if $(WORKLOAD_ARGS),--workload-args='$(WORKLOAD_ARGS)') \
 	    $(if $(GRPC_PORT),--grpc-base-port '$(GRPC_PORT)') $(if $(PREFIX),--intf-prefix '$(PREFIX)') \

@@ -68,7 +68,9 @@ def load_routes_topology(spec: str | Path) -> Topology:
 
 
 def compute_routes(topo: Topology, switch: str) -> list[Route]:
-    """The ipv4_lpm routes of `switch`, one /32 per host, sorted by address."""
+    """The ipv4_lpm routes of `switch`, one /32 per host and one per other aggregating
+    switch's service address (the PS's FLUSHes and chained WRITEBACKs go there, design.md
+    section 7), sorted by address."""
     if switch not in topo.switches:
         raise TopologyError(f"no switch {switch!r} in {topo.source} (have {sorted(topo.switches)})")
     attached: dict[str, list[tuple[str, int]]] = {s: [] for s in topo.switches}  # host, port
@@ -98,6 +100,12 @@ def compute_routes(topo: Topology, switch: str) -> list[Route]:
             else:
                 hop_port, hop = first
                 routes.append(Route(ip, 32, parse_mac(topo.switches[hop].router_mac), hop_port))
+        service = topo.switches[sw]
+        first = first_hop[sw]
+        if first is not None and service.aggregate and service.service_ip:
+            hop_port, hop = first
+            ip = int(ipaddress.IPv4Address(service.service_ip))
+            routes.append(Route(ip, 32, parse_mac(topo.switches[hop].router_mac), hop_port))
     return sorted(routes, key=lambda r: r.prefix)
 
 

@@ -244,3 +244,63 @@ class Tenancy:
         gone = self.list(job_id)
         self.client.write_entries("delete", [self._entry(a, False) for a in gone])
         return len(gone)
+
+
+def _hops_to_address(
+    topo: Topology,
+    peers: Peers,
+    routes: dict[str, list[Route]],
+    first: tuple[str, int | None],
+    dst: str,
+) -> list[tuple[str, int]]:
+    """(switch, ingress port) of every switch after the switch `first` names that a packet
+    to address `dst` crosses: up to the switch whose service address it is, or the last one
+    before a host. `first` is (switch, ingress port, None when the packet starts there)."""
+    dst_ip = int(ipaddress.IPv4Address(dst))
+    here, port = first
+    hops: list[tuple[str, int]] = [] if port is None else [(here, port)]
+    for _ in range(len(topo.switches)):
+        if topo.switches[here].service_ip == dst:
+            return hops
+        if here not in routes:
+            routes[here] = compute_routes(topo, here)
+        route = next((r for r in routes[here] if r.prefix == dst_ip), None)
+        if route is None:
+            raise TopologyError(f"{here} has no route toward {dst}")
+        nxt, nxt_port = peers.get((here, route.port), (None, None))
+        if nxt is None or nxt_port is None:
+            return hops  # a host: the last switch was the last hop
+        here = nxt
+        hops.append((here, nxt_port))
+    raise TopologyError(f"the routes toward {dst} loop")
+
+
+def leaf_admissions(
+    topo: Topology, switch: str, job_id: int, ps: str, first_pseudo_worker: int
+) -> list[Admission]:
+    """Aggregation at every leaf (docs/design.md section 7): what `switch` admits besides
+    the job's hosts. Remote leaf i (Topology.remote_leaves) sends partial PUSHes as
+    pseudo-worker `first_pseudo_worker + i` from its service address, checked at every
+    switch on their way to the PS; each remote leaf takes the PS's FLUSHes, and the chained
+    WRITEBACK (sent on from the previous leaf with the PS's address), on the port they
+    arrive by."""
+    peers: Peers = _peers(topo)
+    routes: dict[str, list[Route]] = {}
+    ps_ip = topo.hosts[ps].ip
+    remote = topo.remote_leaves()
+    out: set[Admission] = set()
+    for i, leaf in enumerate(remote):
+        service = topo.switches[leaf].service_ip
+        if service is None:
+            raise TopologyError(f"remote leaf {leaf} has no service address")
+        for sw, port in _hops_to_address(topo, peers, routes, (leaf, None), ps_ip):
+            if sw == switch:
+                out.add(admission(job_id, first_pseudo_worker + i, port, service))
+    senders: list[tuple[str, int | None]] = [topo.attachment(ps), *((r, None) for r in remote)]
+    for sender, leaf in zip(senders, remote):  # the FLUSHes from the PS, then the chain
+        for start in {sender, senders[0]}:
+            service = str(topo.switches[leaf].service_ip)
+            hops = _hops_to_address(topo, peers, routes, start, service)
+            if hops and hops[-1][0] == leaf == switch:
+                out.add(admission(job_id, None, hops[-1][1], ps_ip))
+    return sorted(out, key=_order)

@@ -6,6 +6,7 @@ agent kind that turns it and the run's configuration into the argv of `hosts.ps`
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,10 +74,17 @@ def hot_key_args(plan: PhasePlan) -> list[str]:
 
 
 def ps_argv(
-    cfg: RunConfig, plan: PhasePlan, shard: int, shards: int, ip: str, switch_ip: str
+    cfg: RunConfig,
+    plan: PhasePlan,
+    shard: int,
+    shards: int,
+    ip: str,
+    switch_ip: str,
+    leaves: Sequence[str] = (),
 ) -> list[str]:
     """PS shard `shard` of `shards` on address `ip`; with `plan.collect`, it collects the
-    hot slots from the switch at `switch_ip`."""
+    hot slots from the switch at `switch_ip`, and first flushes the remote leaves at the
+    service addresses `leaves` (AGGREGATE=leaves), leaf i as pseudo-worker workers + i."""
     files = ps_files(plan, shard)
     args = [
         "--job", str(JOB_ID), "--workers", str(cfg.workers), "--keys", str(cfg.keys),
@@ -89,6 +97,8 @@ def ps_argv(
     if plan.collect:
         args += ["--collect", "--switch", switch_ip, "--hot-slots", str(plan.job_slots)]
         args += hot_key_args(plan)
+        for i, leaf in enumerate(leaves):
+            args += ["--leaf", f"{leaf}/{cfg.workers + i}"]
     return python_module("hosts.ps", args)
 
 

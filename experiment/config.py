@@ -54,6 +54,13 @@ class PreflightError(ExperimentError):
     """The run cannot start: bad options or missing prerequisites."""
 
 
+class Aggregate(NameEnum):
+    """Where hot keys are aggregated (docs/design.md sections 2 and 7)."""
+
+    PS_LEAF = "ps-leaf"  # the switch the PS hangs off
+    LEAVES = "leaves"  # every leaf, partial sums flushed up to the PS's leaf
+
+
 @dataclass
 class RunConfig:
     target: str = TargetName.EMBEDDED  # a registered target's name (topologies/targets.py)
@@ -67,6 +74,7 @@ class RunConfig:
     loss: float = 0.0
     seed: int = 1
     workload: str = WorkloadName.ZIPF  # a registered workload's name (hosts/workloads/)
+    aggregate: Aggregate = Aggregate.PS_LEAF
     warmup: int = 5
     # Mbit/s on every link, instead of the topology's (None: as given; "auto": calibrated)
     bw: float | str | None = None

@@ -105,6 +105,8 @@ def config_parts(summary: Mapping[str, Any]) -> list[ConfigPart]:
         links_part(config),
         ConfigPart("seed", f"seed {config.get('seed', '?')}", ""),
     ]
+    if config.get("aggregate", RunConfig.aggregate) != RunConfig.aggregate:
+        parts.append(ConfigPart("aggregate", "aggregation at every leaf", "every leaf"))
     slots = config.get("hot_slots", RunConfig.hot_slots)
     if slots != RunConfig.hot_slots:
         parts.append(ConfigPart("hot_slots", f"{slots} hot slots", ""))

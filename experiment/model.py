@@ -38,7 +38,7 @@ from __future__ import annotations
 import ipaddress
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -134,6 +134,11 @@ class Aggregation:
 
     stop: Callable[[Sequence[str]], int]
     control: tuple[Transfer, ...]
+    # leaves: a remote leaf -> the switch its partial PUSHes go to (the root), and how many
+    # partial PUSHes it sends per iteration (one per FLUSH); their entries are the distinct
+    # hot keys its rack pushed, which the model counts from the workload
+    upward: Mapping[str, str] = field(default_factory=dict)
+    partial_pushes: int = 0
 
 
 def ps_leaf(topology: Topology, hot_keys_of: Mapping[str, int]) -> Aggregation:
@@ -155,8 +160,37 @@ def ps_leaf(topology: Topology, hot_keys_of: Mapping[str, int]) -> Aggregation:
     return Aggregation(stop, tuple(control))
 
 
+def leaves(topology: Topology, hot_keys_of: Mapping[str, int]) -> Aggregation:
+    """AGGREGATE=leaves (docs/design.md section 7): every leaf aggregates, so a hot packet
+    stops at the worker's own leaf. Per iteration the PS sends each remote leaf one
+    header-only FLUSH per MAX_ENTRIES slots; each FLUSH comes back as a partial PUSH from
+    the leaf to the root (the PS's switch), which absorbs it; the PS collects from the root
+    as with ps-leaf, and writes every hot key's value down the chain of remote leaves once,
+    the last leaf acking each packet without entries. `topology` must have its leaves
+    marked aggregating (Topology.with_leaves_aggregating)."""
+    base = ps_leaf(topology, hot_keys_of)
+    if len(hot_keys_of) != 1:
+        raise ValueError("the leaves design has one PS shard")
+    ((ps, hot_keys),) = hot_keys_of.items()
+    root = topology.attachment(ps)[0]
+    remote = topology.remote_leaves()
+    batches = -(-hot_keys // MAX_ENTRIES)
+    packets, chained = packet_bytes(hot_keys)
+    control = list(base.control)
+    for leaf in remote:
+        control.append(Transfer(ps, leaf, batches * PACKET_OVERHEAD))  # FLUSHes
+    for src, dst in zip([ps, *remote], remote):
+        control.append(Transfer(src, dst, chained))  # the chained WRITEBACK, hop by hop
+    if remote and chained:
+        control.append(Transfer(remote[-1], ps, packets * PACKET_OVERHEAD))  # its acks
+    return Aggregation(base.stop, tuple(control), {leaf: root for leaf in remote}, batches)
+
+
 # AGGREGATE= -> the design: (topology, PS host -> hot keys it owns) -> Aggregation.
-DESIGNS: dict[str, Callable[[Topology, Mapping[str, int]], Aggregation]] = {"ps-leaf": ps_leaf}
+DESIGNS: dict[str, Callable[[Topology, Mapping[str, int]], Aggregation]] = {
+    "ps-leaf": ps_leaf,
+    "leaves": leaves,
+}
 
 
 @dataclass(frozen=True)
@@ -330,6 +364,7 @@ def predict(
     design = DESIGNS[aggregate](topology, {ps: mine[ps] for ps in servers})
     paths = Paths(topology)
     flows = {"server": Counter[tuple[str, str]](), "offload": Counter[tuple[str, str]]()}
+    rack_hot: dict[tuple[str, int], set[int]] = {}  # (leaf, iteration) -> hot keys pushed
     for w, host in enumerate(hosts):
         routes = [paths.between(host, ps) for ps in servers]
         stops = [path[design.stop(path)] for path in routes]  # where its hot packets stop
@@ -349,8 +384,15 @@ def predict(
                 out, back = _requests(n_hot)
                 flows["offload"][host, stops[s]] += out
                 flows["offload"][stops[s], host] += back
+                if stops[s] in design.upward:
+                    hot_keys = keys[in_shard & is_hot].tolist()
+                    rack_hot.setdefault((stops[s], t), set()).update(hot_keys)
     for transfer in design.control:
         flows["offload"][transfer.src, transfer.dst] += transfer.wire_bytes * iterations
+    for leaf, root in design.upward.items():  # partial PUSHes, one per FLUSH
+        partials = design.partial_pushes * PACKET_OVERHEAD * iterations
+        touched = sum(len(keys) for (at, _), keys in rack_hot.items() if at == leaf)
+        flows["offload"][leaf, root] += partials + touched * ENTRY_LEN
     server, offload = (_link_load(flows[m], topology, paths, iterations) for m in flows)
     return Prediction(server, offload, server.ps_mbps, len(hot), round(hot_coverage, 4), aggregate)
 

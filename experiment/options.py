@@ -21,6 +21,7 @@ from contract.clihelp import HelpParser
 from contract.constants import MAX_WORKERS, NUM_SLOTS
 from experiment.config import (
     AUTO_RATES,
+    Aggregate,
     HOTSET_EVERY,
     HotSetMode,
     HotSetSource,
@@ -63,6 +64,7 @@ MAKE_NAMES = {
     "intf_prefix": "PREFIX",
     "hotset": "HOTSET",
     "hotset_source": "HOTSET_SOURCE",
+    "aggregate": "AGGREGATE",
     "drift": "DRIFT",
     "switch_restarts": "SWITCH_RESTARTS",
 }
@@ -279,6 +281,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "most popular ranks (default 256) take keys from the tail (zipf, lr; default none)",
     )
     parser.add_argument(
+        "--aggregate",
+        choices=tuple(Aggregate),
+        default=d.aggregate,
+        help="offload phase: the switch the PS hangs off aggregates (ps-leaf), or every leaf "
+        "of a leaf-spine does, its partial sums flushed up to the PS's leaf (leaves; "
+        "docs/design.md section 7)",
+    )
+    parser.add_argument(
         "--hotset",
         choices=tuple(HotSetMode),
         default=d.hotset,
@@ -371,6 +381,7 @@ def config_of(args: argparse.Namespace) -> RunConfig:
         switch_restarts=args.switch_restarts,
         extra_workload_args=extra,
         hotset=HotSetMode(args.hotset),
+        aggregate=Aggregate(args.aggregate),
         hotset_every=args.hotset_every or 0,  # 0: the source's (RunConfig)
         hotset_source=HotSetSource(args.hotset_source),
         drift=args.drift,
@@ -415,10 +426,12 @@ def check(cfg: RunConfig) -> Topology:
             f" (leave WORKERS empty for all of them, or TOPO=star:{cfg.workers} generates a "
             "star with that many)"
         )
+    if cfg.aggregate == Aggregate.LEAVES:
+        topology = _leaves(cfg, topology)
     aggregating = [n for n, s in topology.switches.items() if s.aggregate]
     # Each PS collects from its own switch only: a second aggregating switch would sum
-    # updates that no PS ever collects.
-    if len(aggregating) != 1:
+    # updates that no PS ever collects (AGGREGATE=leaves flushes them to it).
+    if len(aggregating) != 1 and cfg.aggregate == Aggregate.PS_LEAF:
         raise PreflightError(
             f"TOPO={cfg.topo} marks {len(aggregating)} switches 'aggregate'; the experiment "
             "needs exactly one, the switch the parameter servers hang off"
@@ -433,6 +446,31 @@ def check(cfg: RunConfig) -> Topology:
     _check_ports(cfg, topology)
     if cfg.intf_prefix and (why := prefix_problem(topology, cfg.intf_prefix)):
         raise PreflightError(f"PREFIX={cfg.intf_prefix}: {why}")
+    return topology
+
+
+def _leaves(cfg: RunConfig, topology: Topology) -> Topology:
+    """AGGREGATE=leaves: every switch with hosts aggregates (docs/design.md section 7)."""
+    servers = topology.parameter_servers
+    if len(servers) != 1:
+        raise PreflightError(
+            f"AGGREGATE=leaves flushes the leaves' sums to one PS; TOPO={cfg.topo} has "
+            f"{len(servers)} (use a topology with one, e.g. TOPO=leafspine:4:4)"
+        )
+    topology = topology.with_leaves_aggregating()
+    remote = topology.remote_leaves()
+    if not remote:
+        raise PreflightError(
+            f"AGGREGATE=leaves: TOPO={cfg.topo} has hosts on one switch only, which "
+            "AGGREGATE=ps-leaf already aggregates at; use a leaf-spine, e.g. "
+            "TOPO=leafspine:4:4"
+        )
+    workers = cfg.workers or len(topology.workers)
+    if workers + len(remote) > MAX_WORKERS:
+        raise PreflightError(
+            f"AGGREGATE=leaves: {workers} workers and {len(remote)} remote leaves (each "
+            f"flushes as a worker of its own) exceed the switch's {MAX_WORKERS} worker ids"
+        )
     return topology
 
 

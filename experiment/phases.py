@@ -56,7 +56,8 @@ def run_agents(
     try:
         for i, host in enumerate(ps_hosts):
             switch_ip = str(bed.topology.service_ip_for(host.name))
-            argv = ps_argv(cfg, plan, i, shards, host.ip, switch_ip)
+            leaves = [str(bed.topology.switches[r].service_ip) for r in bed.remote_leaves]
+            argv = ps_argv(cfg, plan, i, shards, host.ip, switch_ip, leaves)
             err = ps_files(plan, i).err
             proc = bed.spawn(host.name, argv, err)
             procs.append((f"ps{i}", proc))

@@ -255,6 +255,7 @@ def bound(
         coverage,
         stream_offset=measured_stream_offset(cfg),
         topology=topology,
+        aggregate=cfg.aggregate,
     )
     return prediction.as_dict()
 

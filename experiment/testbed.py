@@ -24,10 +24,11 @@ from controller.errors import ControllerError
 from controller.forwarding import Forwarding, compute_routes
 from controller.hot_keys import HotKeys
 from controller.jobs import Jobs
+from controller.leaves import ChainNext, ServiceAddress
 from controller.p4info import P4Info
 from controller.stats import Stats
-from controller.tenancy import Tenancy, admissions_from_topology
-from experiment.config import JOB_ID, ExperimentError, RunConfig, say
+from controller.tenancy import Tenancy, admissions_from_topology, leaf_admissions
+from experiment.config import JOB_ID, Aggregate, ExperimentError, RunConfig, say
 from experiment.fidelity import LinkProbe, PhaseMonitor
 from experiment.processes import Watched, raise_first_death
 from topologies.network import Network, start_network
@@ -57,8 +58,16 @@ class Testbed:
 
     @property
     def aggregating_switch(self) -> str:
-        """The switch that sums the hot keys (options.check: exactly one)."""
-        return next(n for n, s in self.topology.switches.items() if s.aggregate)
+        """The switch that sums the hot keys, the PS's (with AGGREGATE=leaves, the root)."""
+        [ps] = self.topology.parameter_servers[:1]
+        return self.topology.attachment(ps.name)[0]
+
+    @property
+    def remote_leaves(self) -> list[str]:
+        """AGGREGATE=leaves: the other aggregating switches, in chain order; else none."""
+        if self.cfg.aggregate != Aggregate.LEAVES:
+            return []
+        return self.topology.remote_leaves()
 
     # --- set-up ---
 
@@ -109,11 +118,30 @@ class Testbed:
                 job = Jobs(client, self.p4info).add(JOB_ID, self.job_slots)
                 # Tenancy: the switch serves the job only from its hosts' (port, address).
                 adms = admissions_from_topology(self.topology, name, JOB_ID, workers, ps)
+                if self.remote_leaves:
+                    adms += leaf_admissions(self.topology, name, JOB_ID, ps[0], len(workers))
                 Tenancy(client, self.p4info).admit(adms)
+                self._configure_leaves(name, client)
                 DropSim(client, self.p4info).set(self.cfg.loss)
                 if hot_keys and self.topology.switches[name].aggregate:
                     report = HotKeys(client, self.p4info).install(job, hot_keys)
                     self.hot_offsets = dict(report.added)
+
+    def _configure_leaves(self, name: str, client: SwitchClient) -> None:
+        """AGGREGATE=leaves (docs/design.md section 7): each aggregating switch answers PS
+        ops at its own service address only, the others route them on (TRANSIT); each
+        remote leaf passes a chained WRITEBACK on to the next."""
+        chain = self.remote_leaves
+        if not chain:
+            return
+        sw = self.topology.switches[name]
+        if sw.aggregate and sw.service_ip:
+            ServiceAddress(client, self.p4info).set(sw.service_ip)
+        else:
+            ServiceAddress(client, self.p4info).set_transit()
+        if name in chain[:-1]:
+            after = self.topology.switches[chain[chain.index(name) + 1]]
+            ChainNext(client, self.p4info).set(str(after.service_ip))
 
     def set_bandwidth(self, mbps: float) -> None:
         """Reshape every link of the running network to `mbps` (both ends; the links were

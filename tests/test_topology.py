@@ -308,7 +308,8 @@ def test_generated_leafspine_routes_reach_every_host() -> None:
     assert len(topo.workers) == 11 and topo.switches["s1"].aggregate
     for switch in topo.switches:
         routes = compute_routes(topo, switch)
-        assert len(routes) == len(topo.hosts)
+        # every host, and s1's service address from every other switch
+        assert len(routes) == len(topo.hosts) + (switch != "s1")
     # From leaf s2, a host on s3 is two hops away, through the spine s4 (port 5 of s2).
     by_ip = {str(r).split("/")[0]: r for r in compute_routes(topo, "s2")}
     assert by_ip["10.0.3.1"].port == 5 and by_ip["10.0.2.1"].port == 1
@@ -404,3 +405,19 @@ def test_with_leaves_aggregating_marks_every_switch_with_hosts_and_gives_each_an
         rack = [h for h in topo.hosts.values() if topo.attachment(h.name)[0] == name]
         assert sw.service_ip.rsplit(".", 1)[0] == rack[0].ip.rsplit(".", 1)[0]
     assert topo.remote_leaves() == ["s2", "s3"]
+
+
+def test_with_every_leaf_aggregating_each_service_address_is_routed_toward_its_leaf() -> None:
+    from controller.forwarding import compute_routes
+
+    topo = load_topology("leafspine:3:2").with_leaves_aggregating()
+    services = {n: s.service_ip for n, s in topo.switches.items() if s.aggregate}
+    for switch in topo.switches:
+        by_ip = {str(r).split("/")[0]: r for r in compute_routes(topo, switch)}
+        for leaf, address in services.items():
+            if leaf == switch:
+                assert address not in by_ip  # processed there, never routed on
+            else:
+                # toward the leaf: the port of a route to one of its hosts
+                host = next(h for h in topo.hosts if topo.attachment(h)[0] == leaf)
+                assert by_ip[address].port == by_ip[topo.hosts[host].ip].port
