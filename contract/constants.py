@@ -41,6 +41,8 @@ def _p4(name: str) -> int:
 
 # --- wire (p4src/include/sizes.p4, types.p4) ---
 HOTAGG_PORT = _p4("HOTAGG_PORT")  # UDP destination port of every request
+# service_address of a switch that only routes: PS ops and partial PUSHes pass (TRANSIT)
+SERVICE_TRANSIT = _p4("SERVICE_TRANSIT")
 VERSION = _p4("HOTAGG_VERSION")
 MAX_ENTRIES = _p4("MAX_ENTRIES")  # K: entries per packet; one hot-key table instance each
 HEADER_LEN = _p4("HEADER_LEN")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ipaddress
 
 from contract import names
+from contract.constants import SERVICE_TRANSIT
 from controller.client import SwitchClient
 from controller.errors import BadInput
 from controller.p4info import P4Info
@@ -62,10 +63,15 @@ class AddressTable:
 
 
 class ServiceAddress(AddressTable):
-    """Where this switch is addressed for PS ops; set on aggregating switches only."""
+    """Where this switch is addressed for PS ops: an aggregating switch's service address,
+    or SERVICE_TRANSIT on a switch that only routes them (a spine)."""
 
     TABLE = names.TABLE_SERVICE_ADDRESS
     ACTION = names.ACTION_SET_SERVICE_ADDRESS
+
+    def set_transit(self) -> int:
+        """This switch answers no PS op and absorbs no partial PUSH: it routes them on."""
+        return self.set(SERVICE_TRANSIT)
 
 
 class ChainNext(AddressTable):

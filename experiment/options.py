@@ -21,8 +21,8 @@ from contract.clihelp import HelpParser
 from contract.constants import MAX_WORKERS, NUM_SLOTS
 from experiment.config import (
     AUTO_RATES,
-    Aggregate,
     HOTSET_EVERY,
+    Aggregate,
     HotSetMode,
     HotSetSource,
     PreflightError,

@@ -285,9 +285,11 @@ control HotaggIngress(inout headers_t hdr,
                     } else if (hdr.hotagg.worker_id >= MAX_WORKERS) {
                         count_and_drop(STAT_BAD_WORKER);
                     } else if ((hdr.hotagg.flags & FLAG_FROM_SWITCH) != 0 &&
-                               meta.service_addr == 0) {
-                        // A partial PUSH where no service address is set (a spine): only
-                        // an aggregating switch absorbs it; routed on unchanged.
+                               (meta.service_addr == 0 ||
+                                meta.service_addr == SERVICE_TRANSIT)) {
+                        // A partial PUSH where no service address is set, or at a switch
+                        // that only routes (a spine): only an aggregating switch absorbs
+                        // it; routed on unchanged.
                         stats.count(STAT_TRANSIT);
                     } else {
                         stats.count(STAT_PUSH);

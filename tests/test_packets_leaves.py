@@ -285,3 +285,26 @@ def test_a_switchs_answer_to_the_ps_between_two_ports_18497_passes_as_a_reply(su
     # A request op between two ports 18497 is a request (a partial PUSH is one).
     data = frame(W4, PS, Op.PUSH, [(10, 1)], sport=HOTAGG_PORT, seq=1, iteration=1, job_id=JOB)
     dropped_as(sut, W4, data, Stat.FOREIGN_WORKER)
+
+
+def test_a_switch_that_only_routes_passes_ps_ops_and_partial_pushes_alike(sut):
+    """A spine (SERVICE_TRANSIT): a FLUSH for a leaf behind it and a COLLECT for the root
+    pass without a check, as do partial PUSHes, empty ones too, which it must not count as
+    absorbed (the root would then never count them)."""
+    sut.hot(JOB, {10: 0})
+    ServiceAddress(sut.client, sut.p4info).set_transit()
+    sut.admit(JOB, PSEUDO, W4)
+    for ingress, data, out in (
+        (PS, flush(0, dst=W1), W1),
+        (PS, frame(PS, W1, Op.COLLECT, [(10, 0)], seq=1, iteration=1, job_id=JOB), W1),
+        (W4, partial(1, [(10, 3)]), PS),
+        (W4, partial(2, []), PS),
+    ):
+        before = sut.stats()
+        got = only(sut.ports.exchange(ingress, data), out)
+        assert delta(sut, before) == {Stat.TRANSIT: 1}
+        assert bytes(got.agg) == bytes(Hotagg(data[42:]))
+    # a worker's own PUSH is processed as anywhere: the switch acks it
+    only(sut.ports.exchange(W1, push(W1, 1, [(10, 5)])), W1)
+    serve_at(sut, None)  # answer the COLLECT below: nothing but the worker's push was summed
+    assert collect(sut, 1) == {10: 5}

@@ -45,6 +45,9 @@ const bit<32> DROP_SCALE = 65536;
 
 // flush_count and flush_iter (leaves.p4): one cell per (job_index, iteration parity).
 const bit<32> FLUSH_COUNT_SIZE = 32;    // 2 * MAX_JOBS
+// service_address of a switch that only routes (a spine): the limited broadcast address, never
+// a PS op's destination, so PS ops pass as TRANSIT, and partial PUSHes pass as where none is set.
+const bit<32> SERVICE_TRANSIT = 0xFFFFFFFF;
 // FLUSH batch: aux names slot offsets (aux << FLUSH_BATCH_BITS) .. + MAX_ENTRIES - 1.
 const bit<8>  FLUSH_BATCH_BITS = 3;     // log2(MAX_ENTRIES)
 

@@ -12,6 +12,7 @@ from contract.constants import (
     HOTAGG_PORT,
     MAX_ENTRIES,
     MAX_WORKERS,
+    SERVICE_TRANSIT,
     VERSION,
     WORKER_REPLY_OPS,
     Op,
@@ -157,7 +158,7 @@ def process(p: Pipeline, ingress_port: int, frame: bytes) -> Output:
         return []
     # step 6
     if op == OP_PUSH:
-        if partial and not service and seq and worker < MAX_WORKERS:
+        if partial and service in (0, SERVICE_TRANSIT) and seq and worker < MAX_WORKERS:
             # a well-formed partial PUSH where no service address is set (a spine): only an
             # aggregating switch absorbs it, this one routes it on unchanged
             sp[TRANSIT] += 1
