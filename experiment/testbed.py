@@ -248,7 +248,8 @@ class Testbed:
         with self.naming_dead_switches("reading the switches' counters"):
             for name, client in self.clients.items():
                 cells = Stats(client, self.p4info).read()
-                out[name] = {c.name: c.packets for c in cells if c.index < len(Stat)}
+                known = {s.value for s in Stat}  # reasons may leave gaps in the cells
+                out[name] = {c.name: c.packets for c in cells if c.index in known}
         return out
 
     # --- the end ---
