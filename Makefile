@@ -85,13 +85,14 @@ help:
 	@echo "  WORKLOAD_ARGS=$(WORKLOAD_ARGS) (the workload's own options, e.g. '--batch 32' for lr)"
 	@echo "  BW=$(BW) (Mbit/s; auto: calibrated; empty: the topology's own)"
 	@echo "  HOTSET=$(HOTSET) (or dynamic)  HOTSET_SOURCE=$(HOTSET_SOURCE) (or switch)"
+	@echo "  AGGREGATE=$(AGGREGATE) (or leaves: every leaf of a leaf-spine aggregates)"
 	@echo "  DRIFT=$(DRIFT) (every=K,fraction=F[,head=H]; empty: none)"
 	@echo "  GRPC_PORT=$(GRPC_PORT) (empty: free ports)  PREFIX=$(PREFIX) (empty: an unused interface prefix)"
 	@echo "  SWITCH_RESTARTS=$(SWITCH_RESTARTS) (restarts of a dead switch)  KEEP=$(KEEP) (1: keep the network up)"
 	@echo "make sweep: the grid's lists WORKERS=4,8,16 SKEW=1.1,1.3 HOT_SLOTS=256 LOSS=0 BW=2 SEEDS=1,2"
 	@echo "  SHARDS=1 (its defaults), and for every run ITERATIONS=30, TARGET, KEYS, WORKLOAD, TRACE,"
 	@echo "  WORKLOAD_ARGS, HOTSET, HOTSET_SOURCE, DRIFT, SWITCH_RESTARTS, GRPC_PORT, PREFIX, BMV2_BINARY;"
-	@echo "  it refuses SEED (use SEEDS), TOPO, PS and KEEP (make run's)"
+	@echo "  it refuses SEED (use SEEDS), TOPO, PS, AGGREGATE and KEEP (make run's)"
 	@echo "Other variables: RUN=<id> (make stop)  PYTEST_ARGS=$(PYTEST_ARGS) (make test)  VENV=$(VENV)"
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
@@ -157,8 +158,9 @@ refused.SEED = use SEEDS=1,2,... (a list: one run per seed)
 refused.TOPO = each point runs on a generated star:N (star:N:S with SHARDS); use make run for a topology file
 refused.PS = the generated stars have their PS; use make run TOPO=<file> PS=<host>
 refused.KEEP = the points run one after another; use make run KEEP=1 to keep one network up
+refused.AGGREGATE = the generated stars have one switch; use make run TOPO=leafspine:L:H AGGREGATE=leaves
 # (KEEP=0, as make run reads it, asks for what a sweep does anyway)
-SWEEP_REFUSED = $(strip $(foreach var,SEED TOPO PS,$(if $(call given,$(var)),$(var))) \
+SWEEP_REFUSED = $(strip $(foreach var,SEED TOPO PS AGGREGATE,$(if $(call given,$(var)),$(var))) \
     $(if $(call given,KEEP),$(if $(filter-out 0 no false,$(KEEP)),KEEP)))
 ifneq ($(filter sweep,$(MAKECMDGOALS)),)
 ifneq ($(SWEEP_REFUSED),)

@@ -141,9 +141,15 @@ def mode_summary(
     ps_in = [r for r in prows if r["op"] in WORKER_REQUESTS]
     per_iter = Counter(int(r["iteration"]) for r in ps_in)
     hot_applied = sum(phase.switch_stats[s].get("HOT_APPLIED", 0) for s in agg_switches)
+    updates_total = sum(int(r["entries"]) for r in wrows if r["kind"] == "push")
+    if any(stats.get("FLUSH", 0) for stats in phase.switch_stats.values()):
+        # Aggregation at every leaf: the root's HOT_APPLIED also counts the leaves' partial
+        # sums. Every update the PS did not take from a worker was summed by some switch.
+        from_workers = sum(p.get("counters", {}).get("cold_entries", 0) for p in phase.ps_summaries)
+        hot_applied = updates_total - from_workers
     summary: ModeSummary = {
         "seconds": round(phase.seconds, 3),
-        "updates_total": sum(int(r["entries"]) for r in wrows if r["kind"] == "push"),
+        "updates_total": updates_total,
         "updates_in_switch": hot_applied,
         "ps_packets_in": len(ps_in),
         "ps_control_exchanges": sum(1 for r in prows if r["op"] in ("COLLECT", "WRITEBACK")),
