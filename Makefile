@@ -109,6 +109,8 @@ test: lint
 test-fast: lint
 	$(PY) -m pytest -ra -m 'not slow and not bmv2' $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
+# p4c writes into a folder of its own and both files then move into build/: a run or a test
+# that reads build/ meanwhile (tests run in parallel) never sees half a file.
 build:
 	@if ! command -v p4c-bm2-ss >/dev/null 2>&1; then \
 	    echo "make build: p4c-bm2-ss is not installed (not packaged for Debian or PyPI)."; \
@@ -117,8 +119,10 @@ build:
 	    exit 0; \
 	fi; \
 	mkdir -p build && \
-	p4c-bm2-ss --p4v 16 --p4runtime-files build/$(P4NAME).p4info.txtpb \
-	    -o build/$(P4NAME).json $(P4MAIN) && \
+	out=$$(mktemp -d build/.p4c.XXXXXX) && trap 'rm -rf "$$out"' EXIT && \
+	p4c-bm2-ss --p4v 16 --p4runtime-files $$out/$(P4NAME).p4info.txtpb \
+	    -o $$out/$(P4NAME).json $(P4MAIN) && \
+	mv -f $$out/$(P4NAME).p4info.txtpb $$out/$(P4NAME).json build/ && \
 	echo "built build/$(P4NAME).json and build/$(P4NAME).p4info.txtpb"
 
 check-p4info: build
