@@ -51,6 +51,10 @@ export BMV2_BINARY
 SEEDS ?=
 SHARDS ?=
 PYTEST_ARGS ?=
+# make test's pytest processes (pytest-xdist), each given whole test files so that a module's
+# switches start once; 1: the suite in one process (for --pdb). The end-to-end tests wait on
+# their emulated links much of the time, so two share a 2-core machine well.
+TEST_WORKERS ?= 2
 
 .PHONY: all run sweep test test-fast build bench stop clean clean-results lint format check-p4info help
 
@@ -87,6 +91,7 @@ help:
 	@echo "  HOTSET, HOTSET_SOURCE, DRIFT, SWITCH_RESTARTS, GRPC_PORT, PREFIX, BMV2_BINARY;"
 	@echo "  it refuses SEED (use SEEDS), TOPO, PS and KEEP (make run's)"
 	@echo "Other variables: RUN=<id> (make stop)  PYTEST_ARGS=$(PYTEST_ARGS) (make test)  VENV=$(VENV)"
+	@echo "  TEST_WORKERS=$(TEST_WORKERS) (make test's pytest processes; 1: one)"
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	@bash scripts/bootstrap.sh
@@ -102,7 +107,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 test: lint
-	$(PY) -m pytest -ra $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+	$(PY) -m pytest -ra $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # The fast lane: units, P4Runtime and the packet tests on the embedded target. The markers
 # are pyproject.toml's; tests/conftest.py says which tests are slow.
