@@ -56,6 +56,10 @@ export BMV2_BINARY
 SEEDS ?=
 SHARDS ?=
 PYTEST_ARGS ?=
+# make test's pytest processes (pytest-xdist), each given whole test files so that a module's
+# switches start once; 1: the suite in one process (for --pdb). The end-to-end tests wait on
+# their emulated links much of the time, so two share a 2-core machine well.
+TEST_WORKERS ?= 2
 
 .PHONY: all run sweep test test-fast build bench stop clean clean-results lint format check-p4info help
 
@@ -94,6 +98,7 @@ help:
 	@echo "  WORKLOAD_ARGS, HOTSET, HOTSET_SOURCE, DRIFT, SWITCH_RESTARTS, GRPC_PORT, PREFIX, BMV2_BINARY;"
 	@echo "  it refuses SEED (use SEEDS), TOPO, PS, AGGREGATE and KEEP (make run's)"
 	@echo "Other variables: RUN=<id> (make stop)  PYTEST_ARGS=$(PYTEST_ARGS) (make test)  VENV=$(VENV)"
+	@echo "  TEST_WORKERS=$(TEST_WORKERS) (make test's pytest processes; 1: one)"
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	@bash scripts/bootstrap.sh
@@ -109,13 +114,15 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 test: lint
-	$(PY) -m pytest -ra $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
+	$(PY) -m pytest -ra $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # The fast lane: units, P4Runtime and the packet tests on the embedded target. The markers
 # are pyproject.toml's; tests/conftest.py says which tests are slow.
 test-fast: lint
 	$(PY) -m pytest -ra -m 'not slow and not bmv2' $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
+# p4c writes into a folder of its own and both files then move into build/: a run or a test
+# that reads build/ meanwhile (tests run in parallel) never sees half a file.
 build:
 	@if ! command -v p4c-bm2-ss >/dev/null 2>&1; then \
 	    echo "make build: p4c-bm2-ss is not installed (not packaged for Debian or PyPI)."; \
@@ -124,8 +131,10 @@ build:
 	    exit 0; \
 	fi; \
 	mkdir -p build && \
-	p4c-bm2-ss --p4v 16 --p4runtime-files build/$(P4NAME).p4info.txtpb \
-	    -o build/$(P4NAME).json $(P4MAIN) && \
+	out=$$(mktemp -d build/.p4c.XXXXXX) && trap 'rm -rf "$$out"' EXIT && \
+	p4c-bm2-ss --p4v 16 --p4runtime-files $$out/$(P4NAME).p4info.txtpb \
+	    -o $$out/$(P4NAME).json $(P4MAIN) && \
+	mv -f $$out/$(P4NAME).p4info.txtpb $$out/$(P4NAME).json build/ && \
 	echo "built build/$(P4NAME).json and build/$(P4NAME).p4info.txtpb"
 
 check-p4info: build

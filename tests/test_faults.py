@@ -36,9 +36,14 @@ from topologies.switches import REPO_ROOT, bmv2_missing
 from topologies.targets import EmbeddedTarget
 
 ENDS_WITHIN = 15.0  # seconds from the kill to the runner's exit, clean-up included
-# The end-to-end tests' small run, long enough that a random point of a phase comes before
-# its end (argparse: the last --iterations counts).
-RUN = [*SMALL, "--iterations", "200", "--bw", "1"]
+KILL_WITHIN = 2.0  # the latest kill point, in seconds into the phase
+# The end-to-end tests' small run with phases long enough that the kill comes before the
+# phase ends, on any machine: at 1 Mbit/s the PS link alone holds this run's iteration to
+# 48 ms or more (the PS-link bound, experiment/model.py), so 100 iterations last 4.8 s or
+# more. A kill after the end would fail the tests, whose messages name the phase.
+# argparse: the last --iterations counts.
+ITERATIONS = 100
+RUN = [*SMALL, "--iterations", str(ITERATIONS), "--bw", "1"]
 
 
 # --- unit: no root -----------------------------------------------------------------------
@@ -170,7 +175,7 @@ def kill_during_run(tmp_path: Path, target: str, victim: str, *extra: str) -> Ki
     seed = int(os.environ.get("HOTAGG_FAULT_SEED") or random.randrange(1 << 30))
     rng = random.Random(seed)
     phase = rng.choice(["server", "offload"])
-    delay = rng.uniform(0.2, 2.0)
+    delay = rng.uniform(0.2, KILL_WITHIN)
     sig = rng.choice([signal.SIGKILL, signal.SIGKILL, signal.SIGTERM])
     draw = f"seed {seed}: kill the {victim} {delay:.2f} s into {phase} with {sig.name}"
     random.seed(seed)  # _victim's choice of worker
@@ -257,7 +262,7 @@ def test_a_process_killed_mid_phase_ends_the_run_in_seconds(
     assert len(errors) == 1, f"{draw}: {err[-2000:]}"
     first = errors[0]
     assert re.match(
-        rf"hotagg: error: {run.phase} phase at iteration \d+/200: .*{run.label}.* "
+        rf"hotagg: error: {run.phase} phase at iteration \d+/{ITERATIONS}: .*{run.label}.* "
         rf"\(pid {run.pid}\) (was killed by SIG(KILL|TERM)|exited with code \d+); the run stopped",
         first,
     ), f"{draw}: {first}"
@@ -279,7 +284,7 @@ def test_a_restarted_switch_reruns_the_phase_and_the_run_stays_exact(
     draw = run.draw
     assert run.rc == 0, f"{draw}: rc {run.rc}\n{run.stdout[-1500:]}\n{run.stderr[-1500:]}"
     assert re.search(
-        rf"{run.phase} phase at iteration \d+/200: .*switch s1 \(pid {run.pid}\) .*; "
+        rf"{run.phase} phase at iteration \d+/{ITERATIONS}: .*switch s1 \(pid {run.pid}\) .*; "
         rf"restarting it and the {run.phase} phase",
         run.stdout,
     ), f"{draw}: {run.stdout[-2000:]}"
