@@ -65,7 +65,7 @@ from controller.online.loop import OnlineController, StepReport
 from controller.online.observation import Observation, RateSource
 from controller.online.policy import MARGIN, MIN_RATE, Hysteresis
 from controller.online.sources import CombinedSource, PSFrequencySource, SwitchHitsSource
-from controller.online.switch_target import SwitchTarget
+from controller.online.switch_target import HotSetTargetLike, MirroredTarget, SwitchTarget
 from controller.sketch import Sketch, SketchSource
 from experiment.config import (
     JOB_ID,
@@ -267,6 +267,12 @@ def online_loop_factory(
     hot_keys = HotKeys(client, bed.p4info)
     job = Jobs(client, bed.p4info).get(JOB_ID)
     shards = len(bed.topology.parameter_servers)
+    # AGGREGATE=leaves: every leaf gets the same changes as the PS's switch
+    mirrors: list[HotSetTargetLike] = []
+    for leaf in bed.remote_leaves:
+        leaf_client = bed.clients[leaf]
+        leaf_keys = HotKeys(leaf_client, bed.p4info)
+        mirrors.append(SwitchTarget(leaf_keys, Jobs(leaf_client, bed.p4info).get(JOB_ID)))
 
     def start(pdir: Path) -> OnlineLoop:
         freq = [pdir / freq_name(i, dynamic=True) for i in range(shards)]
@@ -281,8 +287,9 @@ def online_loop_factory(
             sketch = SketchSource(Sketch(client, bed.p4info), JOB_ID, sketch_threshold(every))
             hits = SwitchHitsSource(hot_keys, JOB_ID)
             rates = IterationSpan(CombinedSource([hits, sketch]), freq)
+        target = SwitchTarget(hot_keys, job)
         controller = OnlineController(
-            SwitchTarget(hot_keys, job),
+            MirroredTarget(target, mirrors) if mirrors else target,
             rates,
             # controller/online/'s defaults, tuned as said at the top, over as many iterations
             ChangeRateEstimator(window=change_window(every)),

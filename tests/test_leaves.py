@@ -96,8 +96,8 @@ def run_leaves(tmp_path: Path, *extra: str) -> dict:
 
 @pytest.mark.parametrize(
     "extra",
-    [(), ("--loss", "0.02"), ("--target", "bmv2")],
-    ids=["embedded", "embedded-loss", "bmv2"],
+    [(), ("--loss", "0.02"), ("--hotset", "dynamic"), ("--target", "bmv2")],
+    ids=["embedded", "embedded-loss", "embedded-dynamic", "bmv2"],
 )
 def test_leaves_run_is_exact_and_every_leaf_takes_hot_updates(tmp_path: Path, extra) -> None:
     if "bmv2" in extra and (why := bmv2_missing()):

@@ -749,3 +749,24 @@ def test_a_forgotten_key_seen_again_starts_afresh() -> None:
     est.update(Observation({1: 6, 2: 8}))
     assert est.rate(1) == pytest.approx(6.0) and est.stderr(1) == pytest.approx(6.0**0.5)
     assert est.keys_at_least(7.0) == [2] and sorted(est.rates) == [1, 2, 3, 4]
+
+
+def test_a_mirrored_target_reads_the_primary_and_applies_every_change_to_all() -> None:
+    from controller.online.policy import Changes
+    from controller.online.switch_target import MirroredTarget
+
+    class Record:
+        def __init__(self, keys: set[int]) -> None:
+            self.keys = set(keys)
+
+        def current(self) -> set[int]:
+            return set(self.keys)
+
+        def apply(self, changes: Changes) -> None:
+            self.keys = (self.keys - set(changes.remove)) | set(changes.add)
+
+    root, leaves = Record({1, 2}), [Record({1, 2}), Record({1, 2, 9})]
+    target = MirroredTarget(root, list(leaves))
+    target.apply(Changes(add=[3], remove=[1]))
+    assert target.current() == {2, 3}
+    assert leaves[0].current() == {2, 3} and leaves[1].current() == {2, 3, 9}

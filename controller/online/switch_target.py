@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from p4.v1 import p4runtime_pb2
 
 from contract.constants import MAX_ENTRIES
@@ -11,6 +13,15 @@ from controller.hot_keys import HotKeys, check_key
 from controller.jobs import Job
 from controller.online.policy import Changes
 from p4rt import wire
+
+
+class HotSetTargetLike(Protocol):
+    """What MirroredTarget drives: the loop's target protocol (controller/online/loop.py)."""
+
+    def current(self) -> set[int]: ...
+
+    def apply(self, changes: Changes) -> None: ...
+
 
 STEP_BATCH = 4096  # updates per Write RPC of a step (~200 KB, far below gRPC's 4 MB)
 
@@ -100,3 +111,22 @@ class SwitchTarget:
         self.writes += 1  # one RPC up to STEP_BATCH updates (a step: 16 per key moved)
         batch = min(len(updates), STEP_BATCH)
         self.hot_keys.client.write(updates, batch_size=batch, stop_on_error=False)
+
+
+class MirroredTarget:
+    """The hot set of a job that several switches aggregate (AGGREGATE=leaves, docs/design.md
+    section 7): the loop reads `primary` (the PS's switch) and applies every change to it,
+    then to each of `mirrors` in turn. A mirror that lags or assigns other offsets costs
+    PS traffic, never a value: partial sums carry their keys, and the slot tags refuse a key
+    a slot does not hold (section 4)."""
+
+    def __init__(self, primary: HotSetTargetLike, mirrors: list[HotSetTargetLike]) -> None:
+        self.primary, self.mirrors = primary, mirrors
+
+    def current(self) -> set[int]:
+        return self.primary.current()
+
+    def apply(self, changes: Changes) -> None:
+        self.primary.apply(changes)
+        for mirror in self.mirrors:
+            mirror.apply(changes)
