@@ -1,8 +1,9 @@
-"""`make bench`: switch throughput and P4Runtime install rate, written as JSON.
+"""`make bench`: switch throughput, P4Runtime install rate and BMv2's instructions per
+packet (callgrind), written as JSON.
 
 Usage: python -m bench [--seconds S] [--out DIR] [--targets embedded,bmv2]
                        [--bmv2-binaries simple_switch_grpc,simple_switch_grpc-perf]
-                       [--bmv2-json build/hotagg.json]
+                       [--bmv2-json build/hotagg.json] [--callgrind BINARY]
 
 BMv2 is measured once per binary (its standard build and its performance build by
 default), each under its own key in "targets": "bmv2" for simple_switch_grpc,
@@ -89,6 +90,14 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="BMv2 JSON to load instead of compiling p4src/ (e.g. to compare two programs)",
     )
+    parser.add_argument(
+        "--callgrind",
+        default=f"{DEFAULT_BMV2_BINARY}-perf",
+        metavar="BINARY",
+        help="also count BMv2's instructions per packet of each case under callgrind "
+        "(bench.bmv2_callgrind; steady on a busy machine, so --bmv2-json compares two "
+        "programs by it); empty: skip (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print(
@@ -125,6 +134,15 @@ def main(argv: list[str] | None = None) -> int:
         for case, *_ in CASES:
             r[case]["ratio_to_bare_loop"] = round(r[case]["packets_per_s"] / ceiling, 3)
         result["targets"][key] = {"binary": binary, **r} if binary else r
+    if args.callgrind:
+        from bench.bmv2_callgrind import measure, unavailable
+
+        if why := unavailable(args.callgrind):
+            result["bmv2_callgrind"] = {"binary": args.callgrind, "skipped": why}
+            print(f"bench: callgrind skipped: {why}", flush=True)
+        else:
+            print(f"bench: {args.callgrind} under callgrind ...", flush=True)
+            result["bmv2_callgrind"] = measure(args.callgrind, args.bmv2_json, 60, 0.05)
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = args.out / f"bench-{stamp}.json"

@@ -125,6 +125,14 @@ def measure(binary: str, bmv2_json: Path | None, packets: int, gap: float) -> di
     return result
 
 
+def unavailable(binary: str) -> str | None:
+    """Why callgrind cannot count `binary`'s instructions here, or None."""
+    missing = [t for t in ("valgrind", "callgrind_control") if shutil.which(t) is None]
+    if missing:
+        return f"{', '.join(missing)} not on PATH"
+    return bmv2_missing(binary)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bmv2-binary", default=f"{DEFAULT_BMV2_BINARY}-perf")
@@ -136,9 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("bmv2_callgrind: needs root (veth pairs and raw sockets)", file=sys.stderr)
         return 1
-    missing = [t for t in ("valgrind", "callgrind_control") if shutil.which(t) is None]
-    if missing or (why := bmv2_missing(args.bmv2_binary)):
-        print(f"bmv2_callgrind: {', '.join(missing) or why} not available", file=sys.stderr)
+    if why := unavailable(args.bmv2_binary):
+        print(f"bmv2_callgrind: {why}", file=sys.stderr)
         return 1
     result = measure(args.bmv2_binary, args.bmv2_json, args.packets, args.gap)
     if args.json:
