@@ -51,10 +51,13 @@ RUN ?=
 # BMv2's switch binary for TARGET=bmv2, e.g. simple_switch_grpc-perf (BMv2's performance build).
 BMV2_BINARY ?= simple_switch_grpc
 export BMV2_BINARY
-# make sweep's lists (SEEDS=1,2,3; SHARDS=1,2: PS shards per point); make test's pytest
+# make sweep's lists (SEEDS=1,2,3; SHARDS=1,2: PS shards per point; LEAVES=2,4 with
+# HOSTS_PER_LEAF=2,4: each point on leafspine:L:H instead of a star); make test's pytest
 # arguments (PYTEST_ARGS='-k cli -x').
 SEEDS ?=
 SHARDS ?=
+LEAVES ?=
+HOSTS_PER_LEAF ?=
 PYTEST_ARGS ?=
 # make test's pytest processes (pytest-xdist), each given whole test files so that a module's
 # switches start once; 1: the suite in one process (for --pdb). The end-to-end tests wait on
@@ -94,9 +97,11 @@ help:
 	@echo "  GRPC_PORT=$(GRPC_PORT) (empty: free ports)  PREFIX=$(PREFIX) (empty: an unused interface prefix)"
 	@echo "  SWITCH_RESTARTS=$(SWITCH_RESTARTS) (restarts of a dead switch)  KEEP=$(KEEP) (1: keep the network up)"
 	@echo "make sweep: the grid's lists WORKERS=4,8,16 SKEW=1.1,1.3 HOT_SLOTS=256 LOSS=0 BW=2 SEEDS=1,2"
-	@echo "  SHARDS=1 (its defaults), and for every run ITERATIONS=30, TARGET, KEYS, WORKLOAD, TRACE,"
-	@echo "  WORKLOAD_ARGS, HOTSET, HOTSET_SOURCE, DRIFT, SWITCH_RESTARTS, GRPC_PORT, PREFIX, BMV2_BINARY;"
-	@echo "  it refuses SEED (use SEEDS), TOPO, PS, AGGREGATE and KEEP (make run's)"
+	@echo "  SHARDS=1 (its defaults); LEAVES=2,4 HOSTS_PER_LEAF=2,4: leafspine:L:H points (every worker"
+	@echo "  host, no WORKERS), AGGREGATE=ps-leaf,leaves (leaves: with LEAVES only); for every run"
+	@echo "  ITERATIONS=30, TARGET, KEYS, WORKLOAD, TRACE, WORKLOAD_ARGS, HOTSET, HOTSET_SOURCE, DRIFT,"
+	@echo "  SWITCH_RESTARTS, GRPC_PORT, PREFIX, BMV2_BINARY; it refuses SEED (use SEEDS), TOPO, PS"
+	@echo "  and KEEP (make run's)"
 	@echo "Other variables: RUN=<id> (make stop)  PYTEST_ARGS=$(PYTEST_ARGS) (make test)  VENV=$(VENV)"
 	@echo "  TEST_WORKERS=$(TEST_WORKERS) (make test's pytest processes; 1: one)"
 
@@ -164,12 +169,11 @@ run: $(STAMP)
 # anything is installed or run, rather than ignored.
 given = $(filter command line,$(origin $(1)))
 refused.SEED = use SEEDS=1,2,... (a list: one run per seed)
-refused.TOPO = each point runs on a generated star:N (star:N:S with SHARDS); use make run for a topology file
+refused.TOPO = each point runs on a generated star:N (star:N:S with SHARDS, leafspine:L:H with LEAVES and HOSTS_PER_LEAF); use make run for a topology file
 refused.PS = the generated stars have their PS; use make run TOPO=<file> PS=<host>
 refused.KEEP = the points run one after another; use make run KEEP=1 to keep one network up
-refused.AGGREGATE = the generated stars have one switch; use make run TOPO=leafspine:L:H AGGREGATE=leaves
 # (KEEP=0, as make run reads it, asks for what a sweep does anyway)
-SWEEP_REFUSED = $(strip $(foreach var,SEED TOPO PS AGGREGATE,$(if $(call given,$(var)),$(var))) \
+SWEEP_REFUSED = $(strip $(foreach var,SEED TOPO PS,$(if $(call given,$(var)),$(var))) \
     $(if $(call given,KEEP),$(if $(filter-out 0 no false,$(KEEP)),KEEP)))
 ifneq ($(filter sweep,$(MAKECMDGOALS)),)
 ifneq ($(SWEEP_REFUSED),)
@@ -181,7 +185,9 @@ endif
 # ... and make run refuses the sweep's lists the same way.
 refused.SEEDS = make run takes one SEED=N; use make sweep SEEDS=1,2,... for several
 refused.SHARDS = make run takes TOPO=star:N:S for S PS shards; use make sweep SHARDS=1,2 for several
-RUN_REFUSED = $(strip $(foreach var,SEEDS SHARDS,$(if $(call given,$(var)),$(var))))
+refused.LEAVES = use make run TOPO=leafspine:L:H (make sweep LEAVES=2,4 HOSTS_PER_LEAF=2,4 for several)
+refused.HOSTS_PER_LEAF = $(refused.LEAVES)
+RUN_REFUSED = $(strip $(foreach var,SEEDS SHARDS LEAVES HOSTS_PER_LEAF,$(if $(call given,$(var)),$(var))))
 ifneq ($(filter run,$(MAKECMDGOALS)),)
 ifneq ($(RUN_REFUSED),)
 refused := $(firstword $(RUN_REFUSED))
@@ -194,6 +200,9 @@ sweep: $(STAMP)
 	    $(if $(call given,HOT_SLOTS),--hot-slots '$(HOT_SLOTS)') \
 	    $(if $(call given,LOSS),--loss '$(LOSS)') $(if $(call given,BW),--bw '$(BW)') \
 	    $(if $(call given,SEEDS),--seeds '$(SEEDS)') $(if $(call given,SHARDS),--shards '$(SHARDS)') \
+	    $(if $(call given,LEAVES),--leaves '$(LEAVES)') \
+	    $(if $(call given,HOSTS_PER_LEAF),--hosts-per-leaf '$(HOSTS_PER_LEAF)') \
+	    $(if $(call given,AGGREGATE),--aggregate '$(AGGREGATE)') \
 	    $(if $(call given,ITERATIONS),--iterations '$(ITERATIONS)') \
 	    $(if $(call given,KEYS),--keys '$(KEYS)') $(if $(call given,WORKLOAD),--workload '$(WORKLOAD)') \
 	    $(if $(call given,TRACE),--workload trace --trace '$(TRACE)') \

@@ -4,10 +4,13 @@
         [--loss 0] [--bw 2] [--seeds 1,2] [--shards 1] [--iterations 30] [--target ...]
         [--keys N] [--workload W] [--hotset dynamic] [--drift ...] (FIXED_RUN_OPTIONS:
         make run's options, given to every run as they are)
+    python -m experiment sweep --leaves 2,4 --hosts-per-leaf 2,4 --aggregate ps-leaf,leaves ...
 
 Each point of the grid (the product of the lists) is a `python -m experiment run` of its
 own, on a generated star with as many workers as the point has (`star:N`, or `star:N:S` for
-S PS shards), so each point is exactly what `make run` would measure. sweeps/<id>/ gets:
+S PS shards), or with --leaves on a generated `leafspine:L:H` with every worker host
+(L*H - 1), aggregating where --aggregate says (ps-leaf, or leaves: docs/design.md
+section 7), so each point is exactly what `make run` would measure. sweeps/<id>/ gets:
 
 - runs/: every run's directory, as make run writes it;
 - results.csv: one row per run, every field of its summary.json flattened (a.b.c columns),
@@ -15,8 +18,10 @@ S PS shards), so each point is exactly what `make run` would measure. sweeps/<id
 - speedup_vs_bound.png: each run's measured iteration p50 speed-up against the model's
   bound, the y = x diagonal and the 15% band; speedup_vs_workers.png, speedup_vs_skew.png:
   measured speed-up (mean over seeds, the band spanning the seeds) and the model's bound
-  (dashed); ps_packets.png: PS packets per iteration of both modes; shards.png where
-  --shards has 2 or more: server-only with S PS shards against one PS plus the switch;
+  (dashed), of the star points only (a leaf-spine's workers follow from L and H, and
+  its designs differ: those points are in speedup_vs_bound.png); ps_packets.png: PS
+  packets per iteration of both modes (stars); shards.png where --shards has 2 or more: server-only
+  with S PS shards against one PS plus the switch;
   every figure titled with the grid's configuration line;
 - report.md, built as a run's: the grid's configuration line, the table, the fidelity
   verdicts (for every faithful point whether the measured speed-up is within 15% of the
@@ -40,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from experiment.config import PreflightError
+from experiment.config import Aggregate, PreflightError
 from experiment.configline import ConfigPart, config_parts, join_config
 from experiment.options import OptionParser, add_run_arguments, check, config_of
 from experiment.report import CAPTIONS, figure_markdown, regime_text, verdict_lines
@@ -63,6 +68,9 @@ DEFAULTS = {
 }
 
 
+AGGREGATE_DESIGNS = tuple(a.value for a in Aggregate)
+
+
 @dataclass(frozen=True)
 class Point:
     workers: int
@@ -72,15 +80,21 @@ class Point:
     bw: float
     seed: int
     shards: int
+    leaves: int = 0  # 0: a generated star; else leafspine:leaves:hosts_per_leaf
+    hosts_per_leaf: int = 0
+    aggregate: str = Aggregate.PS_LEAF.value
 
     @property
     def topo(self) -> str:
+        if self.leaves:
+            return f"leafspine:{self.leaves}:{self.hosts_per_leaf}"
         return f"star:{self.workers}" + (f":{self.shards}" if self.shards > 1 else "")
 
     def label(self) -> str:
+        where = f"{self.topo} {self.aggregate} " if self.leaves else ""
         return (
-            f"W={self.workers} skew={self.skew:g} slots={self.hot_slots} loss={self.loss:g} "
-            f"bw={self.bw:g} seed={self.seed} shards={self.shards}"
+            f"{where}W={self.workers} skew={self.skew:g} slots={self.hot_slots} "
+            f"loss={self.loss:g} bw={self.bw:g} seed={self.seed} shards={self.shards}"
         )
 
 
@@ -95,6 +109,18 @@ def _list(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
         return values
 
     return parse
+
+
+class _Given(argparse.Action):
+    """Stores the value and notes that it was given: --workers with --leaves is refused
+    even when it repeats the default."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+        values: Any, option_string: str | None = None,
+    ) -> None:  # fmt: skip
+        setattr(namespace, self.dest, values)
+        namespace.given = getattr(namespace, "given", frozenset()) | {self.dest}
 
 
 # `make run` options a sweep passes to every run as given (one value, not a list), by dest.
@@ -118,7 +144,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=_list(int),
         default=DEFAULTS["workers"],
-        help="worker counts; each point runs on a generated star:N",
+        action=_Given,
+        help="worker counts; each point runs on a generated star:N (not with --leaves)",
     )
     grid_options.add_argument(
         "--skew", type=_list(float), default=DEFAULTS["skew"], help="Zipf exponents"
@@ -146,6 +173,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_list(int),
         default=DEFAULTS["shards"],
         help="PS shards (star:N:S); 1,2 adds each point on 2 shards, a server-side baseline",
+    )
+    grid_options.add_argument(
+        "--leaves",
+        type=_list(int),
+        default=[],
+        help="leaf counts: each point runs on a generated leafspine:L:H with every worker "
+        "host (L*H - 1 workers) instead of a star (default: none, stars)",
+    )
+    grid_options.add_argument(
+        "--hosts-per-leaf",
+        type=_list(int),
+        default=[],
+        help="hosts per leaf, H of leafspine:L:H (required with --leaves)",
+    )
+    grid_options.add_argument(
+        "--aggregate",
+        type=_list(str),
+        default=[Aggregate.PS_LEAF.value],
+        help=f"where hot keys are summed: {', '.join(AGGREGATE_DESIGNS)} (leaves: every "
+        "leaf, only with --leaves; docs/design.md section 7) (default: ps-leaf)",
     )
     every_run = parser.add_argument_group("every run")
     every_run.add_argument(
@@ -191,8 +238,8 @@ def run_arguments(point: Point, args: argparse.Namespace, runs_dir: Path) -> lis
     """`python -m experiment run`'s arguments for one point."""
     return [
         "--target", args.target, "--topo", point.topo, "--workers", str(point.workers),
-        "--iterations", str(args.iterations), "--skew", str(point.skew),
-        "--hot-slots", str(point.hot_slots), "--loss", str(point.loss),
+        "--aggregate", point.aggregate, "--iterations", str(args.iterations),
+        "--skew", str(point.skew), "--hot-slots", str(point.hot_slots), "--loss", str(point.loss),
         "--bw", str(point.bw), "--seed", str(point.seed), "--runs-dir", str(runs_dir),
         *run_options(args),
     ]  # fmt: skip
@@ -209,17 +256,49 @@ def preflight(points: list[Point], args: argparse.Namespace) -> None:
 
 
 def grid(args: argparse.Namespace) -> list[Point]:
-    for name in ("workers", "hot_slots", "seeds", "shards"):
+    """The product of the lists: stars, or with --leaves leaf-spines; ValueError for a grid
+    no sweep can run, naming the option."""
+    for name in ("workers", "hot_slots", "seeds", "shards", "leaves", "hosts_per_leaf"):
         if any(v < 1 for v in getattr(args, name)):
             raise ValueError(f"--{name.replace('_', '-')}: values must be positive")
     if any(not 0 <= v < 1 for v in args.loss):
         raise ValueError("--loss: values must be in [0, 1)")
     if any(v <= 0 for v in args.bw) or any(not 0 <= v < 10 for v in args.skew):
         raise ValueError("--bw must be positive and --skew in [0, 10)")
+    if unknown := [a for a in args.aggregate if a not in AGGREGATE_DESIGNS]:
+        raise ValueError(f"--aggregate: {unknown[0]!r}; use {' or '.join(AGGREGATE_DESIGNS)}")
+    designs = list(dict.fromkeys(args.aggregate))  # each design once, in the order given
+    rest = (args.skew, args.hot_slots, args.loss, args.bw, args.seeds)
+    if not args.leaves:
+        if args.hosts_per_leaf:
+            raise ValueError("--hosts-per-leaf is H of leafspine:L:H; give --leaves too")
+        if Aggregate.LEAVES.value in designs:
+            raise ValueError(
+                "--aggregate leaves needs a leaf-spine (the generated stars have one switch); "
+                "give --leaves and --hosts-per-leaf"
+            )
+        return [
+            Point(w, skew, slots, loss, bw, seed, shards, aggregate=a)
+            for w, skew, slots, loss, bw, seed, shards, a in itertools.product(
+                args.workers, *rest, args.shards, designs
+            )
+        ]
+    given: frozenset[str] = getattr(args, "given", frozenset())
+    if not args.hosts_per_leaf:
+        raise ValueError("--leaves needs --hosts-per-leaf (H of leafspine:L:H)")
+    if "workers" in given:
+        raise ValueError(
+            "--workers is for stars: with --leaves each point runs every worker host of "
+            "leafspine:L:H (L*H - 1); leave --workers out"
+        )
+    if args.shards != [1]:
+        raise ValueError("--shards: a generated leaf-spine has one PS; leave --shards at 1")
+    if too_small := [(n, h) for n in args.leaves for h in args.hosts_per_leaf if n * h < 2]:
+        raise ValueError(f"leafspine:{too_small[0][0]}:{too_small[0][1]} has no worker host")
     return [
-        Point(*values)
-        for values in itertools.product(
-            args.workers, args.skew, args.hot_slots, args.loss, args.bw, args.seeds, args.shards
+        Point(n * h - 1, skew, slots, loss, bw, seed, 1, leaves=n, hosts_per_leaf=h, aggregate=a)
+        for n, h, skew, slots, loss, bw, seed, a in itertools.product(
+            args.leaves, args.hosts_per_leaf, *rest, designs
         )
     ]
 
@@ -271,6 +350,7 @@ def row_of(point: Point, summary: Summary, run_dir: Path | None = None) -> dict[
     bound = model["bound_speedup"] if model else None  # the busiest link's, every link
     return {
         **{f"point.{k}": v for k, v in point.__dict__.items()},
+        "point.topo": point.topo,
         "measured_speedup": measured,
         "model_speedup": bound,
         "model_error": round(measured / bound - 1, 4) if measured and bound else None,
@@ -315,6 +395,11 @@ def _values(points: Iterable[Point], attr: str) -> str:
     return ",".join(f"{v:g}" for v in sorted({getattr(p, attr) for p in points}))
 
 
+def _design(row: dict[str, Any]) -> str:
+    """A row's topology and where it aggregates, for the tables."""
+    return f"{row['point.topo']} | {row['point.aggregate']}"
+
+
 def grid_config(summaries: list[Summary], points: list[Point]) -> list[ConfigPart]:
     """The sweep's configuration line, as a run's (experiment.configline.config_parts): the items
     every run shares as they are, the ones the grid varies as their lists of values."""
@@ -327,10 +412,23 @@ def grid_config(summaries: list[Summary], points: list[Point]) -> list[ConfigPar
     shards = ":S" if any(p.shards > 1 for p in points) else ""
     workload = f"{config.get('workload', 'zipf')} workload"
     bws = _values(points, "bw")
-    grid = {
-        "topology": ConfigPart(
+    spines = [p for p in points if p.leaves]
+    topology = (
+        ConfigPart(
+            "topology",
+            "topology leafspine:L:H (a generated leaf-spine per point, "
+            f"L {_values(spines, 'leaves')}, H {_values(spines, 'hosts_per_leaf')})",
+            "leafspine:L:H",
+        )
+        if spines
+        else ConfigPart(
             "topology", f"topology star:W{shards} (a generated star per point)", f"star:W{shards}"
-        ),
+        )
+    )
+    designs = ",".join(dict.fromkeys(p.aggregate for p in points))
+    grid = {
+        "topology": topology,
+        "aggregate": ConfigPart("aggregate", f"aggregation {designs}", designs),
         "workers": ConfigPart("workers", f"workers {_values(points, 'workers')}", ""),
         "workload": ConfigPart(
             "workload",
@@ -373,11 +471,13 @@ def speedup_vs_bound(rows: list[dict[str, Any]], path: Path, config: str) -> Non
                     color="0.85", lw=0)  # fmt: skip
     ax.plot(line, line, color="black", lw=1)
     workers = sorted({r["point.workers"] for r in shown})
-    skews = sorted({r["point.skew"] for r in shown})
+    # a marker per skew, and per design where the grid has two (ps-leaf and leaves)
+    kinds = sorted({(r["point.skew"], r["point.aggregate"]) for r in shown})
+    designs = {design for _, design in kinds}
     markers = "osD^vP*X"
     for r in shown:
         color = f"C{workers.index(r['point.workers']) % 10}"
-        marker = markers[skews.index(r["point.skew"]) % len(markers)]
+        marker = markers[kinds.index((r["point.skew"], r["point.aggregate"])) % len(markers)]
         ax.plot(r["model_speedup"], r["measured_speedup"], marker, ms=7, color=color,
                 mfc=color if r["faithful"] else "none", mew=1.5)  # fmt: skip
     ax.set_xlim(low, high)
@@ -395,9 +495,14 @@ def speedup_vs_bound(rows: list[dict[str, Any]], path: Path, config: str) -> Non
         ),
         *(
             plt.Line2D(
-                [], [], ls="", marker=markers[i % len(markers)], color="0.3", label=f"skew {s:g}"
+                [],
+                [],
+                ls="",
+                marker=markers[i % len(markers)],
+                color="0.3",
+                label=f"skew {s:g}" + (f", {design}" if len(designs) > 1 else ""),
             )
-            for i, s in enumerate(skews)
+            for i, (s, design) in enumerate(kinds)
         ),
         plt.Line2D([], [], ls="", marker="o", color="0.3", label="faithful (filled)"),
         plt.Line2D(
@@ -433,7 +538,10 @@ def plot(rows: list[dict[str, Any]], out: Path, config: str = "") -> list[str]:
 
     made = ["speedup_vs_bound.png"]
     speedup_vs_bound(rows, out / made[0], config)
-    one_ps = [r for r in rows if r["point.shards"] == 1]
+    # the series figures are the stars' (a leaf-spine's workers follow from L and H, and its
+    # designs are not one series): leaf-spine points are in speedup_vs_bound.png
+    stars = [r for r in rows if not r["point.leaves"]]
+    one_ps = [r for r in stars if r["point.shards"] == 1]
     for x, group, name, xlabel in (
         ("point.workers", "point.skew", "speedup_vs_workers.png", "workers"),
         ("point.skew", "point.workers", "speedup_vs_skew.png", "Zipf skew"),
@@ -481,6 +589,8 @@ def plot(rows: list[dict[str, Any]], out: Path, config: str = "") -> list[str]:
         finish_figure(fig, out / name, f"Speed-up by {xlabel}", config, handles)
         made.append(name)
 
+    if not one_ps:
+        return made
     fig, ax = plt.subplots(figsize=(7, 4.8))
     for mode, style in (("server", "o-"), ("offload", "s-")):
         per_iter = _series(
@@ -503,11 +613,11 @@ def plot(rows: list[dict[str, Any]], out: Path, config: str = "") -> list[str]:
     finish_figure(fig, out / "ps_packets.png", "PS load by number of workers", config, handles)
     made.append("ps_packets.png")
 
-    shard_counts = sorted({r["point.shards"] for r in rows})
+    shard_counts = sorted({r["point.shards"] for r in stars})
     if len(shard_counts) > 1:
         fig, ax = plt.subplots(figsize=(7, 4.8))
         for i, shards in enumerate(shard_counts):
-            sel = [r for r in rows if r["point.shards"] == shards]
+            sel = [r for r in stars if r["point.shards"] == shards]
             for mode, style in (("server", "o-"), ("offload", "s--")):
                 if shards > 1 and mode == "offload":
                     continue  # the comparison: S servers without a switch, one with it
@@ -520,7 +630,7 @@ def plot(rows: list[dict[str, Any]], out: Path, config: str = "") -> list[str]:
                     xs, [sum(p50s[v]) / len(p50s[v]) for v in xs], style, color=f"C{i}", label=label
                 )
         ax.set_xlabel("workers")
-        _grid_ticks(ax, rows, "point.workers")
+        _grid_ticks(ax, stars, "point.workers")
         ax.set_ylabel("iteration p50 (ms)")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
@@ -543,15 +653,16 @@ def spread_table(rows: list[dict[str, Any]]) -> list[str]:
     """Per configuration, the speed-ups over its seeds: a single run's p99 is close to its
     slowest iteration and moves between runs, so the spread is what to quote."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
-    keys = ("point.workers", "point.skew", "point.hot_slots", "point.loss", "point.bw",
-            "point.shards")  # fmt: skip
+    keys = ("point.topo", "point.aggregate", "point.workers", "point.skew", "point.hot_slots",
+            "point.loss", "point.bw", "point.shards")  # fmt: skip
     for r in rows:
         groups[tuple(r[k] for k in keys)].append(r)
     lines = [
         "Over seeds (median [min-max] of server-only / offload iteration times):",
         "",
-        "| workers | skew | slots | loss | bw | shards | seeds | p50 speed-up | p99 speed-up |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| topology | aggregate | workers | skew | slots | loss | bw | shards | seeds "
+        "| p50 speed-up | p99 speed-up |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for group, members in groups.items():
         cells = []
@@ -563,10 +674,10 @@ def spread_table(rows: list[dict[str, Any]]) -> list[str]:
             median = values[len(values) // 2] if len(values) % 2 else (
                 values[len(values) // 2 - 1] + values[len(values) // 2]) / 2  # fmt: skip
             cells.append(f"{median:.2f}x [{values[0]:.2f}-{values[-1]:.2f}]")
-        w, skew, slots, loss, bw, shards = group
+        topo, design, w, skew, slots, loss, bw, shards = group
         lines.append(
-            f"| {w} | {skew:g} | {slots} | {loss:g} | {bw:g} | {shards} | {len(members)} | "
-            f"{cells[0]} | {cells[1]} |"
+            f"| {topo} | {design} | {w} | {skew:g} | {slots} | {loss:g} | {bw:g} | {shards} | "
+            f"{len(members)} | {cells[0]} | {cells[1]} |"
         )
     return lines
 
@@ -587,9 +698,9 @@ def report(
     lines += [
         "One row per run (runs/ has each run's own report.md).",
         "",
-        "| workers | skew | slots | loss | bw | shards | seed | p50 speed-up | bound | "
-        "within 15% | regime | exact |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| topology | aggregate | workers | skew | slots | loss | bw | shards | seed "
+        "| p50 speed-up | bound | within 15% | regime | exact |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         err = r["model_error"]
@@ -597,8 +708,9 @@ def report(
         if not r["faithful"]:
             within = "(not faithful)"
         lines.append(
-            f"| {r['point.workers']} | {r['point.skew']:g} | {r['point.hot_slots']} | "
-            f"{r['point.loss']:g} | {r['point.bw']:g} | {r['point.shards']} | {r['point.seed']} | "
+            f"| {_design(r)} | {r['point.workers']} | {r['point.skew']:g} | "
+            f"{r['point.hot_slots']} | {r['point.loss']:g} | {r['point.bw']:g} | "
+            f"{r['point.shards']} | {r['point.seed']} | "
             f"{r['measured_speedup']} | {r['model_speedup']} | {within} | "
             f"{r['regime']} | {r.get('exact')} |"
         )

@@ -48,7 +48,7 @@ def variables_used(text: str) -> set[str]:
 
 # make run's variables: the ones its recipe reads (BMV2_BINARY reaches it by the environment)
 RUN_VARIABLES = (variables_used(recipe("run")) - {"PY"}) | {"BMV2_BINARY"}
-SWEEP_REFUSES = {"SEED", "TOPO", "PS", "KEEP", "AGGREGATE"}
+SWEEP_REFUSES = {"SEED", "TOPO", "PS", "KEEP"}
 # A value each variable can take, and the argument the sweep must then pass on
 SWEEP_HONOURS = {
     "WORKERS": ("4,8", "--workers '4,8'"),
@@ -58,6 +58,9 @@ SWEEP_HONOURS = {
     "BW": ("3", "--bw '3'"),
     "SEEDS": ("1,2,3", "--seeds '1,2,3'"),
     "SHARDS": ("1,2", "--shards '1,2'"),
+    "LEAVES": ("2,4", "--leaves '2,4'"),
+    "HOSTS_PER_LEAF": ("2,4", "--hosts-per-leaf '2,4'"),
+    "AGGREGATE": ("ps-leaf,leaves", "--aggregate 'ps-leaf,leaves'"),
     "ITERATIONS": ("12", "--iterations '12'"),
     "TARGET": ("bmv2", "--target 'bmv2'"),
     "KEYS": ("5000", "--keys '5000'"),
@@ -133,7 +136,15 @@ def test_make_sweep_names_every_refused_variable() -> None:
     assert "SEED=3" in line and "(also refused: KEEP)" in line
 
 
-@pytest.mark.parametrize(("given", "instead"), [("SEEDS=1,2", "SEED=N"), ("SHARDS=2", "star:N:S")])
+@pytest.mark.parametrize(
+    ("given", "instead"),
+    [
+        ("SEEDS=1,2", "SEED=N"),
+        ("SHARDS=2", "star:N:S"),
+        ("LEAVES=2", "use make run TOPO=leafspine:L:H"),
+        ("HOSTS_PER_LEAF=4", "use make run TOPO=leafspine:L:H"),
+    ],
+)
 def test_make_run_refuses_the_sweeps_lists(given: str, instead: str) -> None:
     proc = make("-n", "run", given)
     assert proc.returncode == 2 and instead in proc.stderr and given in proc.stderr
@@ -192,7 +203,8 @@ def test_make_help_lists_every_target_and_variable() -> None:
     internal = set(re.findall(r"^([A-Za-z0-9_.]+)\s*:?=", makefile, re.M)) | {"MAKECMDGOALS"}
     for name in variables_used(makefile) - internal:
         assert re.search(rf"\b{name}\b", text), name
-    for name in ("RUN", "SEEDS", "SHARDS", "PYTEST_ARGS", "VENV", "WORKERS"):
+    for name in ("RUN", "SEEDS", "SHARDS", "LEAVES", "HOSTS_PER_LEAF", "PYTEST_ARGS", "VENV",
+                 "WORKERS"):  # fmt: skip
         assert re.search(rf"\b{name}=", text), name
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import re
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,115 @@ def test_the_grid_config_line_lists_what_varies_and_keeps_what_does_not() -> Non
              zip(summaries[:2], (128, 256))]  # fmt: skip
     slot_points = [sweep.Point(4, 1.1, n, 0.0, 10.0, 1, 1) for n in (128, 256)]
     assert "hot slots 128,256" in join_config(sweep.grid_config(slots, slot_points))
+
+
+# --- leaf-spine points: --leaves, --hosts-per-leaf, --aggregate ---------------------------
+
+
+def test_leaves_grid_runs_every_worker_host_of_each_leafspine_in_each_design(
+    tmp_path: Path,
+) -> None:
+    args = parse("--leaves", "2,4", "--hosts-per-leaf", "2,3", "--aggregate", "ps-leaf,leaves",
+                 "--skew", "1.1", "--seeds", "1,2")  # fmt: skip
+    points = sweep.grid(args)
+    assert len(points) == 2 * 2 * 2 * 2  # leaves x hosts per leaf x seeds x designs
+    by_topo = {(p.topo, p.aggregate, p.seed): p for p in points}
+    assert len(by_topo) == len(points)  # each point once
+    for n, h in ((2, 2), (2, 3), (4, 2), (4, 3)):
+        for design in ("ps-leaf", "leaves"):
+            point = by_topo[(f"leafspine:{n}:{h}", design, 1)]
+            assert (point.workers, point.shards) == (n * h - 1, 1)  # the PS is the last host
+            argv = sweep.run_arguments(point, args, tmp_path)
+            given = dict(zip(argv[::2], argv[1::2]))
+            assert given["--topo"] == f"leafspine:{n}:{h}"
+            assert given["--workers"] == str(n * h - 1) and given["--aggregate"] == design
+    assert "leafspine:4:3 leaves W=11 " in by_topo[("leafspine:4:3", "leaves", 2)].label()
+    # every point is one `make run` takes: the run's own checks pass for each
+    sweep.preflight(points, args)
+    from experiment.__main__ import build_parser
+
+    run = build_parser().parse_args(["run", *sweep.run_arguments(points[-1], args, tmp_path)])
+    assert (run.topo, run.aggregate, run.workers) == (Path("leafspine:4:3"), "leaves", 11)
+
+
+def test_stars_keep_their_grid_and_run_on_ps_leaf() -> None:
+    points = sweep.grid(parse("--workers", "4,8", "--seeds", "1"))
+    assert [p.topo for p in points] == ["star:4", "star:4", "star:8", "star:8"]  # two skews
+    assert {p.aggregate for p in points} == {"ps-leaf"} and not any(p.leaves for p in points)
+    assert points[0].label() == "W=4 skew=1.1 slots=256 loss=0 bw=2 seed=1 shards=1"
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (("--aggregate", "leaves"), "--aggregate leaves needs a leaf-spine"),
+        (("--aggregate", "ps-leaf,everywhere"), "--aggregate: 'everywhere'; use ps-leaf or leaves"),
+        (("--leaves", "2"), "--leaves needs --hosts-per-leaf"),
+        (("--hosts-per-leaf", "2"), "give --leaves too"),
+        # given, even as the default's value: a leaf-spine point runs every worker host
+        (("--leaves", "2", "--hosts-per-leaf", "2", "--workers", "4,8,16"), "leave --workers out"),
+        (("--leaves", "2", "--hosts-per-leaf", "2", "--shards", "1,2"), "leave --shards at 1"),
+        (("--leaves", "1", "--hosts-per-leaf", "1"), "leafspine:1:1 has no worker host"),
+        (("--leaves", "0", "--hosts-per-leaf", "2"), "--leaves: values must be positive"),
+    ],
+)
+def test_leafspine_grids_that_cannot_run_are_refused(argv: tuple[str, ...], says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        sweep.grid(parse(*argv))
+
+
+def test_a_leafspine_the_run_refuses_stops_the_sweep_before_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiment.__main__ import main
+
+    sweeps = tmp_path / "sweeps"
+    # one leaf: every host on the PS's switch, which ps-leaf already aggregates at
+    argv = ["sweep", "--leaves", "1", "--hosts-per-leaf", "3", "--aggregate", "leaves",
+            "--sweeps-dir", str(sweeps)]  # fmt: skip
+    assert main(argv) == 2
+    assert "AGGREGATE=leaves: TOPO=leafspine:1:3 has hosts on one switch only" in (
+        capsys.readouterr().err
+    )
+    assert main(["sweep", "--aggregate", "leaves", "--sweeps-dir", str(sweeps)]) == 2
+    assert "hotagg sweep: error: --aggregate leaves needs a leaf-spine" in capsys.readouterr().err
+    assert not sweeps.exists()
+
+
+def leafspine_summary(leaves: int, hosts: int, design: str, speedup: float) -> dict:
+    summary = fake_summary(leaves * hosts - 1, 1.1, 1, speedup)
+    summary["config"].update(topo=f"leafspine:{leaves}:{hosts}", aggregate=design,
+                             topology_shape=f"{leaves + 1} switches")  # fmt: skip
+    return summary
+
+
+def test_the_config_line_table_and_csv_name_the_topology_and_design(tmp_path: Path) -> None:
+    points = [
+        sweep.Point(n * 2 - 1, 1.1, 256, 0.0, 10.0, 1, 1, leaves=n, hosts_per_leaf=2, aggregate=a)
+        for n in (2, 4)
+        for a in ("ps-leaf", "leaves")
+    ]
+    summaries = [leafspine_summary(p.leaves, 2, p.aggregate, 1.2 + p.leaves / 10) for p in points]
+    rows = [sweep.row_of(p, s) for p, s in zip(points, summaries)]
+    line = join_config(sweep.grid_config(summaries, points))
+    assert ", topology leafspine:L:H (a generated leaf-spine per point, L 2,4, H 2), " in line
+    assert ", workers 3,7, " in line and ", aggregation ps-leaf,leaves" in line
+    # one design throughout: the run's own words for it
+    leaves_only = [i for i, p in enumerate(points) if p.aggregate == "leaves"]
+    one = sweep.grid_config([summaries[i] for i in leaves_only], [points[i] for i in leaves_only])
+    assert ", aggregation at every leaf" in join_config(one)
+    sweep.write_csv(tmp_path / "results.csv", rows)
+    with open(tmp_path / "results.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [(r["point.topo"], r["point.aggregate"]) for r in table] == [
+        (p.topo, p.aggregate) for p in points
+    ]
+    # the bound a leaf-spine point is plotted and judged against is the every-link bound
+    assert [r["model_speedup"] for r in rows] == [s["model"]["bound_speedup"] for s in summaries]
+    figures = sweep.plot(rows, tmp_path, join_config(sweep.grid_config(summaries, points), True))
+    assert figures == ["speedup_vs_bound.png"]  # the series figures are the stars'
+    sweep.report(tmp_path, rows, figures, [], summaries, line)
+    text = (tmp_path / "report.md").read_text()
+    assert text.splitlines()[2] == line
+    assert "| leafspine:4:2 | leaves | 7 | 1.1 | 256 | 0 | 10 | 1 | 1 | 1.6 | 1.36 |" in text
+    assert "| leafspine:2:2 | ps-leaf | 3 | 1.1 | 256 | 0 | 10 | 1 | 1 | 1.40x" in text
