@@ -43,11 +43,11 @@ CAPTIONS = {
     "speedup_vs_bound.png": "Each run's measured p50 speed-up against its bound: "
     "faithful points within the shaded band are within 15% of the bound.",
     "speedup_vs_workers.png": "Measured p50 speed-up (band: the seeds' range) and the "
-    "bound (dashed) as the workers grow.",
+    "bound (dashed) as the workers grow (the star points).",
     "speedup_vs_skew.png": "Measured p50 speed-up (band: the seeds' range) and the bound "
-    "(dashed) as the skew grows.",
+    "(dashed) as the skew grows (the star points).",
     "ps_packets.png": "Worker packets reaching the PS per iteration in both modes, by workers "
-    "and skew.",
+    "and skew (the star points).",
     "shards.png": "Iteration p50 of server-only with S PS shards against one PS plus the "
     "switch: does a switch do what another server would?",
 }
