@@ -106,7 +106,7 @@ def _hops(
 ) -> list[tuple[str, int]]:
     """(switch, ingress port) of every switch a packet from host `src` to host `dst` crosses,
     following the routes the controller installs (controller/forwarding.py)."""
-    return _walk(topo, peers, routes, *topo.attachment(src), dst)
+    return _walk(topo, peers, routes, *topo.attachment(src), topo.hosts[dst].ip)
 
 
 def _walk(
@@ -114,16 +114,21 @@ def _walk(
     peers: Peers,
     routes: dict[str, list[Route]],
     here: str,
-    port: int,
+    port: int | None,
     dst: str,
 ) -> list[tuple[str, int]]:
     """(switch, ingress port) of every switch a packet that enters switch `here` by `port`
-    crosses on its way to host `dst` (`here` first)."""
-    dst_ip = int(ipaddress.IPv4Address(topo.hosts[dst].ip))
-    src = f"{here} port {port}"
+    crosses on its way to address `dst` (`here` first; port None: the packet starts at
+    `here`, which is then not listed). `dst` is a host's address, or a switch's service
+    address, where the walk ends with that switch."""
+    dst_ip = int(ipaddress.IPv4Address(dst))
+    src = here if port is None else f"{here} port {port}"
     hops = []
     for _ in range(len(topo.switches)):
-        hops.append((here, port))
+        if port is not None:
+            hops.append((here, port))
+        if topo.switches[here].service_ip == dst:
+            return hops  # the switch the packet is addressed to
         if here not in routes:
             routes[here] = compute_routes(topo, here)
         route = next((r for r in routes[here] if r.prefix == dst_ip), None)
@@ -170,7 +175,7 @@ def admissions_from_topology(
             hops = _hops(topo, peers, routes, server, host)
             for answering, port in _hops(topo, peers, routes, host, server):
                 # A switch's reply leaves it by egress: from the next switch on it is checked.
-                hops += _walk(topo, peers, routes, answering, port, host)[1:]
+                hops += _walk(topo, peers, routes, answering, port, topo.hosts[host].ip)[1:]
             for sw, port in hops:
                 if sw == switch:
                     out.add(admission(job_id, None, port, addr))
@@ -246,35 +251,6 @@ class Tenancy:
         return len(gone)
 
 
-def _hops_to_address(
-    topo: Topology,
-    peers: Peers,
-    routes: dict[str, list[Route]],
-    first: tuple[str, int | None],
-    dst: str,
-) -> list[tuple[str, int]]:
-    """(switch, ingress port) of every switch after the switch `first` names that a packet
-    to address `dst` crosses: up to the switch whose service address it is, or the last one
-    before a host. `first` is (switch, ingress port, None when the packet starts there)."""
-    dst_ip = int(ipaddress.IPv4Address(dst))
-    here, port = first
-    hops: list[tuple[str, int]] = [] if port is None else [(here, port)]
-    for _ in range(len(topo.switches)):
-        if topo.switches[here].service_ip == dst:
-            return hops
-        if here not in routes:
-            routes[here] = compute_routes(topo, here)
-        route = next((r for r in routes[here] if r.prefix == dst_ip), None)
-        if route is None:
-            raise TopologyError(f"{here} has no route toward {dst}")
-        nxt, nxt_port = peers.get((here, route.port), (None, None))
-        if nxt is None or nxt_port is None:
-            return hops  # a host: the last switch was the last hop
-        here = nxt
-        hops.append((here, nxt_port))
-    raise TopologyError(f"the routes toward {dst} loop")
-
-
 def leaf_admissions(
     topo: Topology, switch: str, job_id: int, ps: str, first_pseudo_worker: int
 ) -> list[Admission]:
@@ -293,14 +269,14 @@ def leaf_admissions(
         service = topo.switches[leaf].service_ip
         if service is None:
             raise TopologyError(f"remote leaf {leaf} has no service address")
-        for sw, port in _hops_to_address(topo, peers, routes, (leaf, None), ps_ip):
+        for sw, port in _walk(topo, peers, routes, leaf, None, ps_ip):
             if sw == switch:
                 out.add(admission(job_id, first_pseudo_worker + i, port, service))
     senders: list[tuple[str, int | None]] = [topo.attachment(ps), *((r, None) for r in remote)]
     for sender, leaf in zip(senders, remote):  # the FLUSHes from the PS, then the chain
         for start in {sender, senders[0]}:
             service = str(topo.switches[leaf].service_ip)
-            hops = _hops_to_address(topo, peers, routes, start, service)
+            hops = _walk(topo, peers, routes, *start, service)
             if hops and hops[-1][0] == leaf == switch:
                 out.add(admission(job_id, None, hops[-1][1], ps_ip))
     return sorted(out, key=_order)
