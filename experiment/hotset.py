@@ -61,11 +61,11 @@ from contract.freqfile import frequency_meta, is_live
 from controller.hot_keys import HotKeys
 from controller.jobs import Jobs
 from controller.online.estimators import CHANGE_WINDOW, ChangeRateEstimator
-from controller.online.loop import OnlineController, StepReport
+from controller.online.loop import HotSetTarget, OnlineController, StepReport
 from controller.online.observation import Observation, RateSource
 from controller.online.policy import MARGIN, MIN_RATE, Hysteresis
 from controller.online.sources import CombinedSource, PSFrequencySource, SwitchHitsSource
-from controller.online.switch_target import HotSetTargetLike, MirroredTarget, SwitchTarget
+from controller.online.switch_target import MirroredTarget, SwitchTarget
 from controller.sketch import Sketch, SketchSource
 from experiment.config import (
     JOB_ID,
@@ -268,7 +268,7 @@ def online_loop_factory(
     job = Jobs(client, bed.p4info).get(JOB_ID)
     shards = len(bed.topology.parameter_servers)
     # AGGREGATE=leaves: every leaf gets the same changes as the PS's switch
-    mirrors: list[HotSetTargetLike] = []
+    mirrors: list[HotSetTarget] = []
     for leaf in bed.remote_leaves:
         leaf_client = bed.clients[leaf]
         leaf_keys = HotKeys(leaf_client, bed.p4info)

@@ -119,8 +119,7 @@ class Barrier:
     def timeout(self, limit: float) -> float:
         """Seconds until something is due (a resend, or a flush-count probe), at most `limit`."""
         limit = self.switch.timeout(limit)
-        flushing = self.flush is not None and self.it.phase is Phase.FLUSHING
-        if flushing and self.flush is not None and not self.switch.probing():
+        if self.flush is not None and self.it.phase is Phase.FLUSHING and not self.switch.probing():
             limit = min(limit, self.flush.probe_due())
         return limit
 
@@ -264,7 +263,7 @@ class Barrier:
             self._release()
             return
         it.phase = Phase.WRITING_BACK
-        for keys, send in ((root, self.switch.start_writeback), (leaves, self._send_chain)):
+        for keys, send in ((root, self.switch.start_writeback), (leaves, self._chain)):
             if len(keys):
                 cached = self.params[keys]
                 fits = (cached >= INT32_MIN) & (cached <= INT32_MAX)  # else the PS answers
@@ -272,9 +271,6 @@ class Barrier:
                 send(nxt, keys[fits].tolist(), cached[fits].tolist())
         if not self._writing():
             self._release()
-
-    def _send_chain(self, iteration: int, keys: list[int], values: list[int]) -> None:
-        self._chain(iteration, keys, values)
 
     def _release(self) -> None:
         """Iteration cur is done: the next one starts, and the caller releases the workers."""

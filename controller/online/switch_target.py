@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from p4.v1 import p4runtime_pb2
 
 from contract.constants import MAX_ENTRIES
@@ -11,17 +9,9 @@ from contract.names import hot_keys_table, set_slot_action
 from controller.errors import BadInput, BudgetExceeded, WriteError
 from controller.hot_keys import HotKeys, check_key
 from controller.jobs import Job
+from controller.online.loop import HotSetTarget
 from controller.online.policy import Changes
 from p4rt import wire
-
-
-class HotSetTargetLike(Protocol):
-    """What MirroredTarget drives: the loop's target protocol (controller/online/loop.py)."""
-
-    def current(self) -> set[int]: ...
-
-    def apply(self, changes: Changes) -> None: ...
-
 
 STEP_BATCH = 4096  # updates per Write RPC of a step (~200 KB, far below gRPC's 4 MB)
 
@@ -120,7 +110,7 @@ class MirroredTarget:
     PS traffic, never a value: partial sums carry their keys, and the slot tags refuse a key
     a slot does not hold (section 4)."""
 
-    def __init__(self, primary: HotSetTargetLike, mirrors: list[HotSetTargetLike]) -> None:
+    def __init__(self, primary: HotSetTarget, mirrors: list[HotSetTarget]) -> None:
         self.primary, self.mirrors = primary, mirrors
 
     def current(self) -> set[int]:
