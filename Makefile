@@ -33,6 +33,11 @@ DRIFT ?=
 # Where hot keys are aggregated: the PS's switch (ps-leaf), or every leaf of a leaf-spine with
 # the partial sums flushed up to the PS's leaf (leaves; docs/design.md section 7).
 AGGREGATE ?= ps-leaf
+# Training jobs sharing the switch, each with its own workers and PS; WORKERS, SKEW, KEYS, SEED
+# and WORKLOAD then take one value or one per job (SKEW=1.1,1.3). SPLIT: how they share
+# HOT_SLOTS, savings (the most PS-link bytes saved, measured beside equal halves) or equal.
+JOBS ?= 1
+SPLIT ?= savings
 # Link rate: `auto` calibrates after the warm-up, so that the PS's link sets the pace (the regime
 # hotagg emulates) on whatever machine this is; a number sets every link's Mbit/s; `BW=` (empty)
 # keeps the topology's own rates.
@@ -93,6 +98,7 @@ help:
 	@echo "  BW=$(BW) (Mbit/s; auto: calibrated; empty: the topology's own)"
 	@echo "  HOTSET=$(HOTSET) (or dynamic)  HOTSET_SOURCE=$(HOTSET_SOURCE) (or switch)"
 	@echo "  AGGREGATE=$(AGGREGATE) (or leaves: every leaf of a leaf-spine aggregates)"
+	@echo "  JOBS=$(JOBS) (jobs sharing the switch; then SKEW=1.1,1.3: a value per job)  SPLIT=$(SPLIT) (or equal)"
 	@echo "  DRIFT=$(DRIFT) (every=K,fraction=F[,head=H]; empty: none)"
 	@echo "  GRPC_PORT=$(GRPC_PORT) (empty: free ports)  PREFIX=$(PREFIX) (empty: an unused interface prefix)"
 	@echo "  SWITCH_RESTARTS=$(SWITCH_RESTARTS) (restarts of a dead switch)  KEEP=$(KEEP) (1: keep the network up)"
@@ -155,6 +161,7 @@ run: $(STAMP)
 	    --hot-slots '$(HOT_SLOTS)' --loss '$(LOSS)' --seed '$(SEED)' --workload '$(WORKLOAD)' \
 	    --hotset '$(HOTSET)' --hotset-source '$(HOTSET_SOURCE)' $(if $(DRIFT),--drift '$(DRIFT)') \
 	    --aggregate '$(AGGREGATE)' $(if $(BW),--bw '$(BW)') $(if $(PS),--ps '$(PS)') \
+	    --jobs '$(JOBS)' --split '$(SPLIT)' \
 	    $(if $(TRACE),--workload trace --trace '$(TRACE)') \
 	    $(if $(WORKLOAD_ARGS),--workload-args='$(WORKLOAD_ARGS)') \
 	    $(if $(GRPC_PORT),--grpc-base-port '$(GRPC_PORT)') $(if $(PREFIX),--intf-prefix '$(PREFIX)') \

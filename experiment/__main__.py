@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config_of(args)
     # The run's machinery imports grpc, protobuf and Mininet (a second or two): loaded once
     # the options parse, so that --help and a malformed option answer at once.
-    from experiment import procedure
+    from experiment import jobs_run, procedure
 
-    return procedure.main(cfg)
+    return procedure.main(cfg, jobs_run.run if cfg.jobs > 1 else procedure.run)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.constants import HOTAGG_PORT
-from experiment.config import JOB_ID, RunConfig, freq_name
+from experiment.config import RunConfig, freq_name
 
 
 @dataclass(frozen=True)
@@ -82,12 +82,13 @@ def ps_argv(
     switch_ip: str,
     leaves: Sequence[str] = (),
 ) -> list[str]:
-    """PS shard `shard` of `shards` on address `ip`; with `plan.collect`, it collects the
-    hot slots from the switch at `switch_ip`, and first flushes the remote leaves at the
-    service addresses `leaves` (AGGREGATE=leaves), leaf i as pseudo-worker workers + i."""
+    """PS shard `shard` of `shards` of the job `cfg` describes, on address `ip`; with
+    `plan.collect`, it collects the hot slots from the switch at `switch_ip`, and first
+    flushes the remote leaves at the service addresses `leaves` (AGGREGATE=leaves), leaf i
+    as pseudo-worker workers + i."""
     files = ps_files(plan, shard)
     args = [
-        "--job", str(JOB_ID), "--workers", str(cfg.workers), "--keys", str(cfg.keys),
+        "--job", str(cfg.job_id), "--workers", str(cfg.workers), "--keys", str(cfg.keys),
         "--iterations", str(plan.iterations), "--bind", f"{ip}:{HOTAGG_PORT}",
         "--shard", f"{shard}/{shards}", "--log", str(files.log),
         "--freq", str(plan.dir / freq_name(shard, plan.dynamic)),
@@ -110,7 +111,7 @@ def worker_argv(
     files = worker_files(plan, worker)
     rto = ["--rto-initial", f"{plan.initial_rto:.4f}"] if plan.initial_rto else []
     args = [
-        "--job", str(JOB_ID), "--worker-id", str(worker),
+        "--job", str(cfg.job_id), "--worker-id", str(worker),
         "--ps", ",".join(f"{p}:{HOTAGG_PORT}" for p in ps_ips),
         "--iterations", str(plan.iterations), "--bind", f"{ip}:0",
         "--log", str(files.log), "--summary", str(files.summary),

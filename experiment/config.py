@@ -5,7 +5,7 @@ so that they import it and not each other.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,10 @@ from contract.p4files import REPO
 from hosts.workloads import WorkloadName, workload_class
 from topologies.targets import TargetName
 
-JOB_ID = 1  # the one training job of a run
+JOB_ID = 1  # the job of a one-job run; JOBS=J numbers its jobs 1..J
+# The options JOBS=J takes per job, as a list (SKEW=1.1,1.3); one value applies to every job.
+PER_JOB_OPTIONS = ("workers", "skew", "keys", "keys_per_iter", "seed", "workload")
+DEFAULT_JOB_WORKERS = 4  # JOBS=J without WORKERS: each job's, as topologies/star.json has
 # BW=auto tries these link rates (Mbit/s), rising, with this many iterations each.
 AUTO_RATES = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
 CALIBRATION_ITERATIONS = 8
@@ -61,6 +64,13 @@ class Aggregate(NameEnum):
     LEAVES = "leaves"  # every leaf, partial sums flushed up to the PS's leaf
 
 
+class Split(NameEnum):
+    """SPLIT=: how JOBS=J share the switch's HOT_SLOTS (docs/design.md section 8)."""
+
+    SAVINGS = "savings"  # the controller's split that saves the most PS-link bytes in total
+    EQUAL = "equal"  # HOT_SLOTS // J each
+
+
 @dataclass
 class RunConfig:
     target: str = TargetName.EMBEDDED  # a registered target's name (topologies/targets.py)
@@ -94,6 +104,12 @@ class RunConfig:
     hotset_every: int = 0  # 0: the source's pace, HOTSET_EVERY[hotset_source]
     hotset_source: HotSetSource = HotSetSource.PS
     drift: str | None = None  # the measured phases' --drift (hosts/workloads/), or None
+    # Several jobs on one switch: `jobs` of them, each with its own workers and PS; `per_job`
+    # holds an option's value for each job where it was given as a list (PER_JOB_OPTIONS).
+    jobs: int = 1
+    per_job: dict[str, list[Any]] = field(default_factory=dict)
+    split: Split = Split.SAVINGS
+    job_id: int = JOB_ID  # the job this configuration describes (job_configs)
 
     def __post_init__(self) -> None:
         if not self.hotset_every:  # an unknown source is refused where it is checked
@@ -103,9 +119,21 @@ class RunConfig:
         """config.json's fields: every option, paths as strings, names as their values."""
         d = asdict(self)
         d["topo"], d["runs_dir"] = str(self.topo), str(self.runs_dir)
-        for key in ("target", "workload", "hotset", "hotset_source"):
+        for key in ("target", "workload", "hotset", "hotset_source", "split"):
             d[key] = str(d[key])
         return d
+
+
+def job_configs(cfg: RunConfig) -> list[RunConfig]:
+    """One configuration per job of a JOBS=J run, jobs 1..J, each with its own value of every
+    per-job option; a one-job run's is itself."""
+    if cfg.jobs == 1:
+        return [cfg]
+    out = []
+    for j in range(cfg.jobs):
+        own = {name: values[j] for name, values in cfg.per_job.items()}
+        out.append(replace(cfg, jobs=1, per_job={}, job_id=JOB_ID + j, **own))
+    return out
 
 
 def warmup_stream_offset(cfg: RunConfig) -> int:

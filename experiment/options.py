@@ -15,18 +15,22 @@ import shlex
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from contract.clihelp import HelpParser
-from contract.constants import MAX_WORKERS, NUM_SLOTS
+from contract.constants import MAX_JOBS, MAX_WORKERS, NUM_SLOTS
 from experiment.config import (
     AUTO_RATES,
+    DEFAULT_JOB_WORKERS,
     HOTSET_EVERY,
+    PER_JOB_OPTIONS,
     Aggregate,
     HotSetMode,
     HotSetSource,
     PreflightError,
     RunConfig,
+    Split,
+    job_configs,
     say,
 )
 from experiment.model import workload_of
@@ -65,6 +69,8 @@ MAKE_NAMES = {
     "hotset": "HOTSET",
     "hotset_source": "HOTSET_SOURCE",
     "aggregate": "AGGREGATE",
+    "jobs": "JOBS",
+    "split": "SPLIT",
     "drift": "DRIFT",
     "switch_restarts": "SWITCH_RESTARTS",
 }
@@ -147,6 +153,7 @@ def _within(parse: Callable[[str], T], ok: Callable[[T], bool], why: str) -> Cal
 
 
 positive = _within(_int, lambda v: v >= 1, "{} is not a positive integer")
+jobs = _within(_int, lambda v: 1 <= v <= MAX_JOBS, f"{{}} is not in 1..{MAX_JOBS}")
 workers = _within(_int, lambda v: 1 <= v <= MAX_WORKERS, f"{{}} is not in 1..{MAX_WORKERS}")
 hot_slots = _within(
     _int, lambda v: 1 <= v <= NUM_SLOTS, f"{{}} is not in 1..{NUM_SLOTS} (the switch's slots)"
@@ -157,6 +164,24 @@ port = _within(_int, lambda v: 0 <= v <= 65535, "{} is not a TCP port (0: free o
 nonnegative = _within(_float, lambda v: v >= 0, "{} is negative")
 positive_float = _within(_float, lambda v: v > 0, "{} is not a positive number")
 probability = _within(_float, lambda v: 0 <= v < 1, "{} is not in [0, 1)")
+
+
+def per_job(parse: Callable[[str], Any]) -> Callable[[str], list[Any]]:
+    """An argparse type for an option JOBS=J takes per job: one value, or J of them separated
+    by commas (SKEW=1.1,1.3), each checked by `parse`."""
+
+    def values(text: str) -> list[Any]:
+        return [parse(part.strip()) for part in text.split(",")]
+
+    return values
+
+
+def workload_name(text: str) -> str:
+    if text not in workload_names():
+        # argparse's own words for a choice it does not know
+        choices = ", ".join(map(repr, workload_names()))
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {choices})")
+    return text
 
 
 def bandwidth(text: str) -> float | str:
@@ -216,20 +241,25 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--workers",
-        type=workers,
+        type=per_job(workers),
         default=None,
-        metavar="N",
-        help="the first N worker hosts of the topology run (default: all of them)",
+        metavar="N[,N]",
+        help="the first N worker hosts of the topology run (default: all of them); with "
+        f"--jobs, each job's (default {DEFAULT_JOB_WORKERS})",
     )
     parser.add_argument(
         "--iterations", type=positive, default=d.iterations, help="measured iterations per mode"
     )
-    parser.add_argument("--skew", type=nonnegative, default=d.skew, help="Zipf exponent (zipf, lr)")
-    parser.add_argument("--keys", type=positive, default=d.keys, help="key space (parameters)")
+    parser.add_argument(
+        "--skew", type=per_job(nonnegative), default=[d.skew], help="Zipf exponent (zipf, lr)"
+    )
+    parser.add_argument(
+        "--keys", type=per_job(positive), default=[d.keys], help="key space (parameters)"
+    )
     parser.add_argument(
         "--keys-per-iter",
-        type=positive,
-        default=d.keys_per_iter,
+        type=per_job(positive),
+        default=[d.keys_per_iter],
         help="zipf: updates each worker draws per iteration",
     )
     parser.add_argument(
@@ -254,12 +284,16 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the topology's own; make run passes BW=auto)",
     )
     parser.add_argument(
-        "--seed", type=seed, default=d.seed, help="seed of the workload and the drop simulator"
+        "--seed",
+        type=per_job(seed),
+        default=[d.seed],
+        help="seed of the workload and the drop simulator",
     )
     parser.add_argument(
         "--workload",
-        choices=workload_names(),  # every registered workload (hosts/workloads/)
-        default=d.workload,
+        type=per_job(workload_name),  # every registered workload (hosts/workloads/)
+        default=[d.workload],
+        metavar="{" + ",".join(workload_names()) + "}",
         help=workload_help(),
     )
     for option in workload_run_options():
@@ -287,6 +321,22 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="offload phase: the switch the PS hangs off aggregates (ps-leaf), or every leaf "
         "of a leaf-spine does, its partial sums flushed up to the PS's leaf (leaves; "
         "docs/design.md section 7)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=jobs,
+        default=d.jobs,
+        help="training jobs sharing the switch, each with its own workers, PS and workload; "
+        "WORKERS, SKEW, KEYS, SEED and WORKLOAD then take one value or one per job "
+        "(SKEW=1.1,1.3)",
+    )
+    parser.add_argument(
+        "--split",
+        choices=tuple(Split),
+        default=d.split,
+        help="with --jobs: how the jobs share HOT_SLOTS in the offload phase: the split that "
+        "saves the most PS-link bytes over all jobs (savings; the run also measures equal "
+        "halves beside it), or equal shares (equal)",
     )
     parser.add_argument(
         "--hotset",
@@ -359,18 +409,25 @@ def config_of(args: argparse.Namespace) -> RunConfig:
         for word in (option.flag, getattr(args, option.dest))
     ]
     extra += shlex.split(args.workload_args)
+    # A per-job option given as a list (JOBS=J): its first value stands for the run, the
+    # list for its jobs (check() holds it to J values).
+    lists = {name: getattr(args, name) or [None] for name in PER_JOB_OPTIONS}
+    per_job = {name: values for name, values in lists.items() if len(values) > 1}
     return RunConfig(
         target=args.target,
         topo=args.topo,
-        workers=args.workers or 0,  # 0: every worker host of the topology (check)
+        workers=lists["workers"][0] or 0,  # 0: every worker host of the topology (check)
         iterations=args.iterations,
-        skew=args.skew,
-        keys=args.keys,
-        keys_per_iter=args.keys_per_iter,
+        skew=lists["skew"][0],
+        keys=lists["keys"][0],
+        keys_per_iter=lists["keys_per_iter"][0],
         hot_slots=args.hot_slots,
         loss=args.loss,
-        seed=args.seed,
-        workload=args.workload,
+        seed=lists["seed"][0],
+        workload=lists["workload"][0],
+        jobs=args.jobs,
+        per_job=per_job,
+        split=Split(args.split),
         warmup=args.warmup,
         bw=args.bw,
         ps=args.ps,
@@ -401,8 +458,9 @@ def check(cfg: RunConfig) -> Topology:
         raise PreflightError(
             f"TARGET={cfg.target}{setting}: {why}; or use TARGET={TargetName.EMBEDDED}"
         )
+    _check_jobs(cfg)
     try:
-        topology = load_topology(cfg.topo)
+        topology = load_topology(_jobs_topology(cfg) if cfg.jobs > 1 else cfg.topo)
         if cfg.ps:
             topology = topology.with_parameter_servers(cfg.ps)
         if cfg.bw is not None:
@@ -436,8 +494,13 @@ def check(cfg: RunConfig) -> Topology:
             f"TOPO={cfg.topo} marks {len(aggregating)} switches 'aggregate'; the experiment "
             "needs exactly one, the switch the parameter servers hang off"
         )
-    _check_keys(cfg, len(topology.parameter_servers))
-    _check_workload(cfg)
+    if cfg.jobs > 1:
+        for job in job_configs(cfg):  # a PS each, its own key space
+            _check_keys(job, 1)
+            _check_workload(job)
+    else:
+        _check_keys(cfg, len(topology.parameter_servers))
+        _check_workload(cfg)
     if cfg.hotset_source != HotSetSource.PS and cfg.hotset != HotSetMode.DYNAMIC:
         raise PreflightError(
             f"HOTSET_SOURCE={cfg.hotset_source} says what HOTSET=dynamic's loop reads; "
@@ -447,6 +510,56 @@ def check(cfg: RunConfig) -> Topology:
     if cfg.intf_prefix and (why := prefix_problem(topology, cfg.intf_prefix)):
         raise PreflightError(f"PREFIX={cfg.intf_prefix}: {why}")
     return topology
+
+
+def _option_name(dest: str) -> str:
+    return make_name(dest) or f"--{dest.replace('_', '-')}"
+
+
+def _check_jobs(cfg: RunConfig) -> None:
+    """JOBS=J: each per-job option has one value or J; the jobs run on a star the run builds
+    (a PS per job), with the offload phase's static hot sets. Fills in each job's workers."""
+    for name, values in cfg.per_job.items():
+        if len(values) != cfg.jobs:
+            given = ",".join(map(str, values))
+            raise PreflightError(
+                f"{_option_name(name)}={given} gives {len(values)} values; JOBS={cfg.jobs} "
+                f"takes one value or {cfg.jobs} (one per job)"
+            )
+    if cfg.jobs == 1:
+        return
+    default = RunConfig()
+    refused = {
+        "TOPO": (
+            Path(cfg.topo).resolve() != default.topo.resolve(),
+            "the run builds a star with a PS per job",
+        ),
+        "PS": (bool(cfg.ps), "each job's PS is its own host of the run's star"),
+        "AGGREGATE": (cfg.aggregate != Aggregate.PS_LEAF, "the jobs share one switch"),
+        "HOTSET": (cfg.hotset != HotSetMode.STATIC, "the online loop follows one job"),
+    }
+    for option, (changed, why) in refused.items():
+        if changed:
+            raise PreflightError(
+                f"JOBS={cfg.jobs}: {option}= is not taken with several jobs ({why}); leave it "
+                "at its default"
+            )
+    if "workers" not in cfg.per_job:
+        cfg.per_job["workers"] = [cfg.workers or DEFAULT_JOB_WORKERS] * cfg.jobs
+    cfg.workers = sum(cfg.per_job["workers"])
+    if cfg.workers > MAX_WORKERS:
+        raise PreflightError(
+            f"JOBS={cfg.jobs}: {cfg.workers} workers in all; the star's switch takes {MAX_WORKERS}"
+        )
+    if cfg.hot_slots < cfg.jobs:
+        raise PreflightError(
+            f"HOT_SLOTS={cfg.hot_slots} cannot give each of {cfg.jobs} jobs a slot"
+        )
+
+
+def _jobs_topology(cfg: RunConfig) -> Path:
+    """JOBS=J's star: every job's workers, in job order, and a PS per job."""
+    return Path(f"star:{cfg.workers}:{cfg.jobs}")
 
 
 def _leaves(cfg: RunConfig, topology: Topology) -> Topology:

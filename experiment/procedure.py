@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from controller.errors import ControllerError
@@ -15,6 +17,7 @@ from experiment import hotset, report
 from experiment.config import (
     AUTO_RATES,
     CALIBRATION_ITERATIONS,
+    JOB_ID,
     ExperimentError,
     HotSetMode,
     PreflightError,
@@ -44,23 +47,10 @@ def run(cfg: RunConfig) -> int:
     config = cfg.as_dict()
 
     def save_config() -> None:  # again whenever the run learns more about itself
-        (run_dir / "config.json").write_text(dumps_strict(config, indent=2) + "\n")
+        write_config(run_dir, config)
 
     def record_links(calibrating: bool = False) -> None:
-        # what the links really are (the topology's, BW's or BW=auto's): it decides the
-        # regime (README)
-        rates = sorted({link.bandwidth or 0.0 for link in bed.topology.links})
-        config["link_bandwidth_mbps"] = [r or None for r in rates]
-        config["topology_shape"] = topology_shape(bed.topology)  # the config line's
-        save_config()
-        links = ", ".join("unlimited" if not r else f"{r:g} Mbit/s" for r in rates)
-        if calibrating:
-            links = "BW=auto (calibrated after the warm-up)"
-        say(
-            f"run {run_dir.name}: {bed.target.describe()}, {cfg.workers} workers, "
-            f"{cfg.iterations} iterations, {cfg.workload} workload, seed {cfg.seed}, "
-            f"loss {cfg.loss}, links {links}"
-        )
+        record_link_rates(exp, config, calibrating)
 
     # Which build of the target ran (BMv2's standard and performance builds differ
     # several-fold in speed).
@@ -69,14 +59,7 @@ def run(cfg: RunConfig) -> int:
     phases = {}
     try:
         exp.start()
-        net = bed.network
-        # What this run holds on the machine (runs can share one): in summary.json's config.
-        config["run_id"] = run_dir.name
-        config["intf_prefix"] = net.intf_prefix
-        config["grpc_ports"] = {
-            name: int(addr.rsplit(":", 1)[1]) for name, addr in net.grpc_addrs.items()
-        }
-        save_config()
+        record_network(exp, config)
         bed.configure(hot_keys=None)
         # Same workload and seed, read further on: the warm-up learns which keys are popular
         # without seeing the iterations it is then measured on (a trace is profiled from its
@@ -102,7 +85,7 @@ def run(cfg: RunConfig) -> int:
             )
         if cfg.bw == "auto":
             # After the warm-up: the calibration runs both modes, with this hot set.
-            config["bw_auto"] = calibrate(exp, hot.keys, offset)
+            config["bw_auto"] = calibrate(exp, {JOB_ID: hot.keys}, offset)
             record_links()
         bed.configure(hot_keys=None)
         phases["server"] = exp.run_phase(
@@ -162,7 +145,44 @@ def run(cfg: RunConfig) -> int:
     return 0
 
 
-def calibrate(exp: Experiment, hot_keys: list[int], stream_offset: int) -> dict[str, Any]:
+def write_config(run_dir: Path, config: dict[str, Any]) -> None:
+    """config.json, again whenever the run learns more about itself."""
+    (run_dir / "config.json").write_text(dumps_strict(config, indent=2) + "\n")
+
+
+def record_link_rates(exp: Experiment, config: dict[str, Any], calibrating: bool) -> None:
+    """What the links really are (the topology's, BW's or BW=auto's): it decides the
+    regime (README); in config.json and the run's first line."""
+    bed, cfg = exp.bed, exp.cfg
+    rates = sorted({link.bandwidth or 0.0 for link in bed.topology.links})
+    config["link_bandwidth_mbps"] = [r or None for r in rates]
+    config["topology_shape"] = topology_shape(bed.topology)  # the config line's
+    write_config(exp.run_dir, config)
+    links = ", ".join("unlimited" if not r else f"{r:g} Mbit/s" for r in rates)
+    if calibrating:
+        links = "BW=auto (calibrated after the warm-up)"
+    jobs = f"{cfg.jobs} jobs, " if cfg.jobs > 1 else ""
+    say(
+        f"run {exp.run_dir.name}: {bed.target.describe()}, {jobs}{cfg.workers} workers, "
+        f"{cfg.iterations} iterations, {cfg.workload} workload, seed {cfg.seed}, "
+        f"loss {cfg.loss}, links {links}"
+    )
+
+
+def record_network(exp: Experiment, config: dict[str, Any]) -> None:
+    """What this run holds on the machine (runs can share one): in summary.json's config."""
+    net = exp.bed.network
+    config["run_id"] = exp.run_dir.name
+    config["intf_prefix"] = net.intf_prefix
+    config["grpc_ports"] = {
+        name: int(addr.rsplit(":", 1)[1]) for name, addr in net.grpc_addrs.items()
+    }
+    write_config(exp.run_dir, config)
+
+
+def calibrate(
+    exp: Experiment, hot_keys: dict[int, list[int]], stream_offset: int
+) -> dict[str, Any]:
     """BW=auto: short phases of both modes at rising link rates; the highest rate at which
     a link saturated in both (the PS's link at PS_LINK_SATURATED of its rate or more, or
     another link the verdict names, `link:<direction>`, experiment/fidelity.py) is the run's
@@ -174,7 +194,8 @@ def calibrate(exp: Experiment, hot_keys: list[int], stream_offset: int) -> dict[
     such a rate (5 Mbit/s, the PS link at 64% in offload's calibration) BMv2's performance
     build measured offload at 39.0 ms against the bound's 32.9, its PS link at 83% with the
     cores 91% busy. The phases read the warm-up's part of
-    the workload, never the measured iterations."""
+    the workload, never the measured iterations. `hot_keys`: each job's ({job id: keys});
+    with several jobs, every job runs in each short phase and the verdict is the phase's."""
 
     def saturated(verdict: dict) -> bool:
         if verdict["bottleneck"].startswith("link:"):
@@ -189,12 +210,13 @@ def calibrate(exp: Experiment, hot_keys: list[int], stream_offset: int) -> dict[
     for mbps in AUTO_RATES:
         exp.bed.set_bandwidth(mbps)
         verdicts = {}
-        for mode, keys in (("server", None), ("offload", hot_keys)):
-            exp.bed.configure(hot_keys=keys)  # a fresh pipeline: the phase's seqs start at 1
-            phase = exp.run_phase(
+        no_keys: dict[int, list[int] | None] = dict.fromkeys(hot_keys)
+        for mode, keys in (("server", no_keys), ("offload", hot_keys)):
+            exp.bed.configure_jobs(keys)  # a fresh pipeline: the phase's seqs start at 1
+            [phase, *_] = exp.run_jobs_phase(
                 f"calibrate-{mbps:g}-{mode}",
                 CALIBRATION_ITERATIONS,
-                collect=keys is not None,
+                collect=mode == "offload",
                 stream_offset=stream_offset,
             )
             verdicts[mode] = phase.fidelity
@@ -277,10 +299,11 @@ def keep_running(exp: Experiment) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
 
 
-def main(cfg: RunConfig) -> int:
-    """run(cfg), with each way it can end as its exit code and a one-line error."""
+def main(cfg: RunConfig, how: Callable[[RunConfig], int] = run) -> int:
+    """how(cfg), run() or another procedure (experiment/jobs_run.py), with each way it can
+    end as its exit code and a one-line error."""
     try:
-        return run(cfg)
+        return how(cfg)
     except PreflightError as e:
         print(f"hotagg: error: {e}", file=sys.stderr)
         return 2

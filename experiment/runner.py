@@ -75,9 +75,23 @@ class Experiment:
         drift: bool = False,
         online: StartOnline | None = None,
     ) -> PhaseResult:
-        """Run one phase. With --switch-restarts, a switch that dies during it is started
-        again, configured as before (fresh pipeline, routes, job, hot keys at the same
-        slots) and the whole phase run again from iteration 1: the dead switch took the
+        """A one-job run's phase (run_jobs_phase)."""
+        [result] = self.run_jobs_phase(name, iterations, collect, stream_offset, drift, online)
+        return result
+
+    def run_jobs_phase(
+        self,
+        name: str,
+        iterations: int,
+        collect: bool,
+        stream_offset: int = 0,
+        drift: bool = False,
+        online: StartOnline | None = None,
+    ) -> list[PhaseResult]:
+        """Run one phase of every job; a PhaseResult per job (with several jobs, each job's
+        files in <phase>/job<id>/). With --switch-restarts, a switch that dies during it is
+        started again, configured as before (fresh pipeline, routes, jobs, hot keys at the
+        same slots) and the whole phase run again from iteration 1: the dead switch took the
         phase's sums, cache and dedup state with it, and only a complete re-run gives the
         phase's exact parameters and clean timings. The failed attempt's files are kept
         in <phase>-failed-<n>/.
@@ -89,21 +103,27 @@ class Experiment:
         while True:
             pdir = self.run_dir / name
             pdir.mkdir()
-            plan = PhasePlan(
-                name=name,
-                dir=pdir,
-                iterations=iterations,
-                collect=collect,
-                stream_offset=stream_offset,
-                drift=drift,
-                dynamic=online is not None,
-                job_slots=self.bed.job_slots,
-                hot_keys=hot_keys_file(self.bed, pdir) if collect else None,
-                initial_rto=self.initial_rto,
-                deadline=int(self.cfg.phase_timeout),
-            )
+            plans = []
+            for job in self.bed.jobs:
+                jdir = pdir / f"job{job.job_id}" if len(self.bed.jobs) > 1 else pdir
+                jdir.mkdir(exist_ok=True)
+                offsets = self.bed.offsets_of[job.job_id]
+                plan = PhasePlan(
+                    name=name,
+                    dir=jdir,
+                    iterations=iterations,
+                    collect=collect,
+                    stream_offset=stream_offset,
+                    drift=drift,
+                    dynamic=online is not None,
+                    job_slots=self.bed.slots_of[job.job_id],
+                    hot_keys=hot_keys_file(offsets, jdir) if collect else None,
+                    initial_rto=self.initial_rto,
+                    deadline=int(self.cfg.phase_timeout),
+                )
+                plans.append((job, plan))
             try:
-                return run_agents(self.bed, self.cfg, plan, online)
+                return run_agents(self.bed, plans, online)
             except ProcessDied as died:
                 switch = died.label.rpartition(" switch ")[2]
                 if switch not in self.bed.topology.switches or (

@@ -130,9 +130,11 @@ def mode_summary(
     agg_switches: list[str],
     model_links: Mapping[str, float] | None = None,
     iterations: int = 0,
+    shared_switch: bool = False,
 ) -> ModeSummary:
     """One measured phase's numbers; `model_links`: the model's bytes per iteration on each
-    directed link in this mode, `iterations`: the phase's (0: its workers' own count)."""
+    directed link in this mode, `iterations`: the phase's (0: its workers' own count);
+    `shared_switch`: other jobs use the same switches (their counters count those jobs too)."""
     wrows = worker_rows(phase, workers)
     prows = ps_rows(phase, shards)
     lat: dict[str, list[float]] = defaultdict(list)
@@ -142,9 +144,10 @@ def mode_summary(
     per_iter = Counter(int(r["iteration"]) for r in ps_in)
     hot_applied = sum(phase.switch_stats[s].get("HOT_APPLIED", 0) for s in agg_switches)
     updates_total = sum(int(r["entries"]) for r in wrows if r["kind"] == "push")
-    if any(stats.get("FLUSH", 0) for stats in phase.switch_stats.values()):
+    if shared_switch or any(stats.get("FLUSH", 0) for stats in phase.switch_stats.values()):
         # Aggregation at every leaf: the root's HOT_APPLIED also counts the leaves' partial
-        # sums. Every update the PS did not take from a worker was summed by some switch.
+        # sums; several jobs: it counts every job's. Every update the PS did not take from a
+        # worker was summed by some switch.
         from_workers = sum(p.get("counters", {}).get("cold_entries", 0) for p in phase.ps_summaries)
         hot_applied = updates_total - from_workers
     summary: ModeSummary = {
@@ -217,6 +220,7 @@ def build_summary(
     agg_switches: list[str],
     model: ModelBound | None = None,
     offload_hot_set: OffloadHotSet | None = None,
+    shared_switch: bool = False,
 ) -> Summary:
     """summary.json of a run: its configuration, both measured phases and how they compare,
     the bound, the hot set of each phase and the fidelity verdict."""
@@ -230,6 +234,7 @@ def build_summary(
             agg_switches,
             loads[m]["links"] if loads else None,
             config["iterations"],
+            shared_switch,
         )
         for m in MODES
     }

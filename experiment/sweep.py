@@ -229,7 +229,9 @@ def run_options(args: argparse.Namespace) -> list[str]:
         value = getattr(args, action.dest, action.default)
         if value != action.default:
             # --workload-args=--flag: a value that starts with a dash is not an option
-            flag, text = action.option_strings[0], str(value)
+            # a per-job option (experiment/options.py per_job) parses to a list
+            text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+            flag = action.option_strings[0]
             out += [f"{flag}={text}"] if text.startswith("-") else [flag, text]
     return out
 

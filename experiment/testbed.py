@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from mininet.link import TCIntf
@@ -28,13 +29,40 @@ from controller.leaves import ChainNext, ServiceAddress
 from controller.p4info import P4Info
 from controller.stats import Stats
 from controller.tenancy import Tenancy, admissions_from_topology, leaf_admissions
-from experiment.config import JOB_ID, Aggregate, ExperimentError, RunConfig, say
+from experiment.config import JOB_ID, Aggregate, ExperimentError, RunConfig, job_configs, say
 from experiment.fidelity import LinkProbe, PhaseMonitor
 from experiment.processes import Watched, raise_first_death
 from topologies.network import Network, start_network
 from topologies.switches import REPO_ROOT
 from topologies.targets import Target
-from topologies.topology import Topology
+from topologies.topology import Host, Topology
+
+
+@dataclass(frozen=True)
+class JobHosts:
+    """One job of the run: its own configuration and the hosts its agents run on."""
+
+    cfg: RunConfig
+    workers: list[Host]
+    parameter_servers: list[Host]
+
+    @property
+    def job_id(self) -> int:
+        return self.cfg.job_id
+
+
+def place_jobs(cfg: RunConfig, topology: Topology) -> list[JobHosts]:
+    """Each job's hosts: the topology's worker hosts in order, each job taking as many as it
+    has workers; one job gets every PS (its shards), J jobs a PS each (options.check builds
+    JOBS=J's star so)."""
+    configs = job_configs(cfg)
+    servers = topology.parameter_servers
+    out, first = [], 0
+    for j, job in enumerate(configs):
+        own = servers if len(configs) == 1 else servers[j : j + 1]
+        out.append(JobHosts(job, topology.workers[first : first + job.workers], own))
+        first += job.workers
+    return out
 
 
 class Testbed:
@@ -46,9 +74,22 @@ class Testbed:
         self.clients: dict[str, SwitchClient] = {}
         self.p4info = P4Info.from_file(P4INFO_PATH)
         self.device_config = b""  # the target's, read by start()
-        self.job_slots = cfg.hot_slots  # the job's slot count, set by configure()
-        self.hot_offsets: dict[int, int] = {}  # hot key -> slot offset, set by configure()
-        self.hot_keys: list[int] | None = None  # as last configured, for a restarted switch
+        self.jobs = place_jobs(cfg, topology)
+        # Per job, set by configure(): its slot count, and hot key -> slot offset.
+        self.slots_of: dict[int, int] = {j.job_id: cfg.hot_slots for j in self.jobs}
+        self.offsets_of: dict[int, dict[int, int]] = {j.job_id: {} for j in self.jobs}
+        # job -> hot keys, as last configured, for a restarted switch
+        self.hot_keys: dict[int, list[int] | None] = {}
+
+    @property
+    def job_slots(self) -> int:
+        """A one-job run's slot count (the online loop's budget)."""
+        return self.slots_of[JOB_ID]
+
+    @property
+    def hot_offsets(self) -> dict[int, int]:
+        """A one-job run's hot key -> slot offset."""
+        return self.offsets_of[JOB_ID]
 
     @property
     def network(self) -> Network:
@@ -102,30 +143,45 @@ class Testbed:
         )
 
     def configure(self, hot_keys: list[int] | None) -> None:
-        """Fresh pipeline on every switch, routes, the job and its admissions, the drop
-        rate, and hot keys on the aggregating switches."""
-        # The job gets as many slots as there are hot keys (at most HOT_SLOTS), so that the
-        # PS collects no slot that can never hold a sum.
-        self.job_slots = max(1, len(hot_keys)) if hot_keys else self.cfg.hot_slots
-        self.hot_offsets = {}
-        self.hot_keys = hot_keys
-        workers = [h.name for h in self.topology.workers[: self.cfg.workers]]
-        ps = [h.name for h in self.topology.parameter_servers]
+        """A one-job run's configure_jobs: `hot_keys` for its job."""
+        self.configure_jobs({JOB_ID: hot_keys})
+
+    def configure_jobs(self, hot_keys: Mapping[int, list[int] | None]) -> None:
+        """Fresh pipeline on every switch, routes, each job and its admissions, the drop
+        rate, and each job's hot keys ({job id: keys}, None: none) on the aggregating
+        switches."""
+        # A job gets as many slots as it has hot keys (at most its share of HOT_SLOTS), so
+        # that its PS collects no slot that can never hold a sum; without hot keys, its share.
+        share = self.cfg.hot_slots // len(self.jobs)
+        self.hot_keys = dict(hot_keys)
+        for job in self.jobs:
+            keys = hot_keys.get(job.job_id)
+            self.slots_of[job.job_id] = max(1, len(keys)) if keys else share
+            self.offsets_of[job.job_id] = {}
         with self.naming_dead_switches("configuring the switches"):
             for name, client in self.clients.items():
                 client.set_pipeline(self.p4info.message, self.device_config)
                 Forwarding(client, self.p4info).install(compute_routes(self.topology, name))
-                job = Jobs(client, self.p4info).add(JOB_ID, self.job_slots)
-                # Tenancy: the switch serves the job only from its hosts' (port, address).
-                adms = admissions_from_topology(self.topology, name, JOB_ID, workers, ps)
-                if self.remote_leaves:
-                    adms += leaf_admissions(self.topology, name, JOB_ID, ps[0], len(workers))
-                Tenancy(client, self.p4info).admit(adms)
+                for job in self.jobs:
+                    self._configure_job(name, client, job, hot_keys.get(job.job_id))
                 self._configure_leaves(name, client)
                 DropSim(client, self.p4info).set(self.cfg.loss)
-                if hot_keys and self.topology.switches[name].aggregate:
-                    report = HotKeys(client, self.p4info).install(job, hot_keys)
-                    self.hot_offsets = dict(report.added)
+
+    def _configure_job(
+        self, name: str, client: SwitchClient, job: JobHosts, hot_keys: list[int] | None
+    ) -> None:
+        """One job on switch `name`: its slots, admissions and hot keys."""
+        entry = Jobs(client, self.p4info).add(job.job_id, self.slots_of[job.job_id])
+        workers = [h.name for h in job.workers]
+        ps = [h.name for h in job.parameter_servers]
+        # Tenancy: the switch serves the job only from its hosts' (port, address).
+        adms = admissions_from_topology(self.topology, name, job.job_id, workers, ps)
+        if self.remote_leaves:
+            adms += leaf_admissions(self.topology, name, job.job_id, ps[0], len(workers))
+        Tenancy(client, self.p4info).admit(adms)
+        if hot_keys and self.topology.switches[name].aggregate:
+            report = HotKeys(client, self.p4info).install(entry, hot_keys)
+            self.offsets_of[job.job_id] = dict(report.added)
 
     def _configure_leaves(self, name: str, client: SwitchClient) -> None:
         """AGGREGATE=leaves (docs/design.md section 7): each aggregating switch answers PS
@@ -193,7 +249,7 @@ class Testbed:
             raise ExperimentError(f"switch {name} was never started")
         process.log_path.rename(keep_log_in / process.log_path.name)
         process.start()
-        self.configure(self.hot_keys)
+        self.configure_jobs(self.hot_keys)
 
     def switch_pid(self, name: str) -> int | None:
         process = self.network.switch(name).process

@@ -25,7 +25,7 @@ def test_non_finite_skew_is_refused(skew: str, capsys: pytest.CaptureFixture[str
 
 def test_finite_skew_and_ps_list_parse() -> None:
     args = build_parser().parse_args(["run", "--skew", "1.3", "--ps", "h4,h5", "--topo", "star:8"])
-    assert args.skew == 1.3 and args.ps == ["h4", "h5"] and str(args.topo) == "star:8"
+    assert args.skew == [1.3] and args.ps == ["h4", "h5"] and str(args.topo) == "star:8"
 
 
 def test_hotset_and_drift_parse_and_default_to_static_without_drift() -> None:

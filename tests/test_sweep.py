@@ -155,7 +155,7 @@ def test_fixed_run_options_reach_every_run_and_defaults_add_nothing(tmp_path: Pa
     from experiment.__main__ import build_parser
 
     run = build_parser().parse_args(["run", *sweep.run_arguments(point, args, tmp_path)])
-    assert (run.hotset, run.keys, run.workers) == ("dynamic", 5000, point.workers)
+    assert (run.hotset, run.keys, run.workers) == ("dynamic", [5000], [point.workers])
 
 
 def test_a_value_no_run_can_take_stops_the_sweep_before_it_starts(
@@ -234,7 +234,7 @@ def test_leaves_grid_runs_every_worker_host_of_each_leafspine_in_each_design(
     from experiment.__main__ import build_parser
 
     run = build_parser().parse_args(["run", *sweep.run_arguments(points[-1], args, tmp_path)])
-    assert (run.topo, run.aggregate, run.workers) == (Path("leafspine:4:3"), "leaves", 11)
+    assert (run.topo, run.aggregate, run.workers) == (Path("leafspine:4:3"), "leaves", [11])
 
 
 def test_stars_keep_their_grid_and_run_on_ps_leaf() -> None:

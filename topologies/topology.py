@@ -191,6 +191,18 @@ class Topology:
         links = tuple(dataclasses.replace(link, bandwidth=mbps) for link in self.links)
         return dataclasses.replace(self, links=links)
 
+    def with_hosts_only(self, names: list[str]) -> Topology:
+        """The same topology with only the hosts `names` (and every switch): one job's view
+        of a switch it shares with other jobs, as the model counts its links."""
+        for name in names:
+            self.attachment(name)  # KeyError naming the hosts there are
+        keep = set(names)
+        links = tuple(
+            link for link in self.links if not link.is_host_link or link.node1 in keep
+        )
+        hosts = {name: host for name, host in self.hosts.items() if name in keep}
+        return dataclasses.replace(self, hosts=hosts, links=links)
+
     def with_parameter_servers(self, names: list[str]) -> Topology:
         """The same topology with `names` as its parameter servers (every other host a
         worker) and the switch they hang off aggregating: the `PS=h4` option, for files
