@@ -230,3 +230,134 @@ def load_summary(path: Path) -> Summary:
     except (OSError, json.JSONDecodeError) as e:
         raise SummaryError(f"{path}: {e}") from None
     return check_summary(data, str(path))
+
+
+# -- a run of several jobs on one switch (JOBS=J): experiment/jobs_summary.py -------------
+
+
+class PsLinkBytes(TypedDict):
+    """A job's PS link, both directions summed ("<ps>-<sw>" and "<sw>-<ps>"), in bytes per
+    iteration of each measured mode and what offload saved against server-only."""
+
+    server: LinkBytes
+    offload: LinkBytes
+    saved: LinkBytes  # server - offload
+
+
+class JobSplit(TypedDict):
+    """One job under one way of sharing the switch's slots (a split)."""
+
+    slots: int  # the slots the split gave the job
+    hot_keys: int  # the keys its hot set holds (at most `slots`)
+    warmup_coverage: float  # the share of its warm-up's updates on them
+    speedup: float | None  # its server-only p50 iteration over its offload p50
+    model_speedup: float | None  # the model's (bound_speedup; None: no bound)
+    exact: bool
+    faithful: bool
+    bottleneck: str  # its Summary's fidelity bottleneck
+    ps_link_bytes: PsLinkBytes
+
+
+class JobResult(TypedDict):
+    """One job of the run and its numbers under every split."""
+
+    job_id: int
+    ps_host: str
+    switch: str
+    ps_links: list[str]  # the two directed links counted: "<ps>-<sw>", "<sw>-<ps>"
+    config: dict[str, Any]  # its own settings (skew, seed, workers, keys, workload)
+    splits: dict[str, JobSplit]  # split name -> numbers
+
+
+class SplitTotals(TypedDict):
+    """Over the jobs under one split, measured and the model's (None: a job's is missing)."""
+
+    speedup_sum: float | None
+    model_speedup_sum: float | None
+    ps_link_saved: float | None  # bytes per iteration, the jobs' PS links summed
+    model_ps_link_saved: float | None
+    jain: float | None  # Jain's fairness index of the jobs' speed-ups
+    model_jain: float | None
+
+
+class SavingsCheck(TypedDict):
+    """Check 1: does `split` save more PS-link bytes in total than `baseline`, measured?"""
+
+    split: str
+    baseline: str
+    passed: bool | None  # None: a measurement missing, or the two gave every job equal slots
+    measured: float | None  # total PS-link bytes saved per iteration under `split`
+    baseline_measured: float | None
+    model: float | None
+    baseline_model: float | None
+    model_passed: bool | None  # what the model says of the same comparison
+    same_slots: bool  # every job got as many slots under both: nothing to compare
+    why: str
+
+
+class JobRatio(TypedDict):
+    """Check 2 for one job: its speed-up under `split` over its speed-up under `baseline`
+    (the baseline's offload p50 over the split's), measured against the model's."""
+
+    job_id: int
+    measured: float | None
+    model: float | None
+    floor: float | None  # the least measured ratio that passes
+    passed: bool | None
+
+
+class WorseCheck(TypedDict):
+    """Check 2: no job does worse under `split` than under `baseline` by more than the
+    model says, within `tolerance`."""
+
+    split: str
+    baseline: str
+    tolerance: float
+    passed: bool | None  # None: a job's ratio could not be measured or modelled
+    jobs: list[JobRatio]
+
+
+class JobFidelity(TypedDict):
+    job_id: int
+    faithful: bool
+    bottleneck: str
+    warning: str | None
+
+
+class SplitFidelity(TypedDict):
+    """Every job's fidelity verdict under one split (each its Summary's `fidelity`)."""
+
+    faithful: bool
+    jobs: list[JobFidelity]
+
+
+class JobsChecks(TypedDict):
+    """What issue 30 asks of a run of several jobs, each with its numbers beside it."""
+
+    beats_baseline: list[SavingsCheck]  # one per split other than the baseline
+    no_job_worse: list[WorseCheck]  # likewise
+    exact: bool  # every job exact under every split
+    fidelity: dict[str, SplitFidelity]  # split name -> verdicts
+
+
+class JobSummaries(TypedDict):
+    job_id: int
+    summaries: dict[str, Summary]  # split name -> Summary of (server, that split's offload)
+
+
+class JobsSummary(TypedDict):
+    """jobs.json: a run of several jobs on one switch, its slots shared between them in
+    several ways (splits), each job's own Summary per split kept whole."""
+
+    schema_version: int
+    kind: str  # "jobs"
+    config: dict[str, Any]  # the run's config.json
+    switch: str
+    baseline: str  # the split the others are compared with ("equal")
+    splits: list[str]  # split names, the baseline last
+    jobs: list[JobResult]
+    totals: dict[str, SplitTotals]  # split name -> totals
+    checks: JobsChecks
+    exact: bool
+    faithful: bool  # every job faithful under every split
+    job_summaries: list[JobSummaries]
