@@ -104,8 +104,9 @@ help:
 	@echo "  SWITCH_RESTARTS=$(SWITCH_RESTARTS) (restarts of a dead switch)  KEEP=$(KEEP) (1: keep the network up)"
 	@echo "make sweep: the grid's lists WORKERS=4,8,16 SKEW=1.1,1.3 HOT_SLOTS=256 LOSS=0 BW=2 SEEDS=1,2"
 	@echo "  SHARDS=1 (its defaults); LEAVES=2,4 HOSTS_PER_LEAF=2,4: leafspine:L:H points (every worker"
-	@echo "  host, no WORKERS), AGGREGATE=ps-leaf,leaves (leaves: with LEAVES only); for every run"
-	@echo "  ITERATIONS=30, TARGET, KEYS, WORKLOAD, TRACE, WORKLOAD_ARGS, HOTSET, HOTSET_SOURCE, DRIFT,"
+	@echo "  host, no WORKERS), AGGREGATE=ps-leaf,leaves (leaves: with LEAVES only), JOBS=1,2 (J jobs"
+	@echo "  of WORKERS each, a row per job); for every run"
+	@echo "  ITERATIONS=30, TARGET, KEYS, WORKLOAD, TRACE, WORKLOAD_ARGS, HOTSET, HOTSET_SOURCE, DRIFT, SPLIT,"
 	@echo "  SWITCH_RESTARTS, GRPC_PORT, PREFIX, BMV2_BINARY; it refuses SEED (use SEEDS), TOPO, PS"
 	@echo "  and KEEP (make run's)"
 	@echo "Other variables: RUN=<id> (make stop)  PYTEST_ARGS=$(PYTEST_ARGS) (make test)  VENV=$(VENV)"
@@ -210,6 +211,7 @@ sweep: $(STAMP)
 	    $(if $(call given,LEAVES),--leaves '$(LEAVES)') \
 	    $(if $(call given,HOSTS_PER_LEAF),--hosts-per-leaf '$(HOSTS_PER_LEAF)') \
 	    $(if $(call given,AGGREGATE),--aggregate '$(AGGREGATE)') \
+	    $(if $(call given,JOBS),--jobs '$(JOBS)') $(if $(call given,SPLIT),--split '$(SPLIT)') \
 	    $(if $(call given,ITERATIONS),--iterations '$(ITERATIONS)') \
 	    $(if $(call given,KEYS),--keys '$(KEYS)') $(if $(call given,WORKLOAD),--workload '$(WORKLOAD)') \
 	    $(if $(call given,TRACE),--workload trace --trace '$(TRACE)') \

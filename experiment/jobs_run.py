@@ -27,6 +27,7 @@ from experiment.config import (
     warmup_stream_offset,
 )
 from experiment.jobs_summary import (
+    JOBS_FIGURE,
     JobOutcome,
     build_jobs_summary,
     jobs_markdown,
@@ -154,8 +155,8 @@ def run(cfg: RunConfig) -> int:
         jobs = build_jobs_summary(config, outcomes)
         (run_dir / "summary.json").write_text(dumps_strict(jobs, indent=2) + "\n")
         # matplotlib takes seconds to import: only a run that draws its figures pays for it
-        jobs_plot(run_dir / "jobs.png", jobs)
-        lines = [f"# Run {run_dir.name}", "", *jobs_markdown(jobs), "", "![jobs.png](jobs.png)"]
+        jobs_plot(run_dir / JOBS_FIGURE, jobs)
+        lines = [f"# Run {run_dir.name}", "", *jobs_markdown(jobs)]
         own = ", ".join(f"job{o.job_id}/report.md" for o in outcomes)
         lines += ["", f"Each job's own report (its server-only against its offload): {own}"]
         (run_dir / "report.md").write_text("\n".join(lines) + "\n")

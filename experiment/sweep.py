@@ -41,15 +41,16 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from experiment.config import Aggregate, PreflightError
 from experiment.configline import ConfigPart, config_parts, join_config
+from experiment.jobs_summary import jobs_row
 from experiment.options import OptionParser, add_run_arguments, check, config_of
 from experiment.report import CAPTIONS, figure_markdown, regime_text, verdict_lines
-from experiment.schema import Summary, SummaryError, load_summary
+from experiment.schema import JobsSummary, Summary, SummaryError, check_summary, load_summary
 from topologies.switches import REPO_ROOT
 from topologies.targets import TargetName, target_names
 
@@ -65,6 +66,7 @@ DEFAULTS = {
     "bw": "2",
     "seeds": "1,2",
     "shards": "1",
+    "jobs": "1",
 }
 
 
@@ -83,15 +85,19 @@ class Point:
     leaves: int = 0  # 0: a generated star; else leafspine:leaves:hosts_per_leaf
     hosts_per_leaf: int = 0
     aggregate: str = Aggregate.PS_LEAF.value
+    jobs: int = 1  # J: J jobs of `workers` each share the star's switch (make run JOBS=J)
 
     @property
     def topo(self) -> str:
+        if self.jobs > 1:
+            return f"star:{self.jobs * self.workers}:{self.jobs}"  # the run builds it
         if self.leaves:
             return f"leafspine:{self.leaves}:{self.hosts_per_leaf}"
         return f"star:{self.workers}" + (f":{self.shards}" if self.shards > 1 else "")
 
     def label(self) -> str:
         where = f"{self.topo} {self.aggregate} " if self.leaves else ""
+        where += f"jobs={self.jobs} " if self.jobs > 1 else ""
         return (
             f"{where}W={self.workers} skew={self.skew:g} slots={self.hot_slots} "
             f"loss={self.loss:g} bw={self.bw:g} seed={self.seed} shards={self.shards}"
@@ -135,6 +141,7 @@ FIXED_RUN_OPTIONS = (
     "switch_restarts",
     "grpc_base_port",
     "intf_prefix",
+    "split",
 )
 
 
@@ -173,6 +180,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_list(int),
         default=DEFAULTS["shards"],
         help="PS shards (star:N:S); 1,2 adds each point on 2 shards, a server-side baseline",
+    )
+    grid_options.add_argument(
+        "--jobs",
+        type=_list(int),
+        default=DEFAULTS["jobs"],
+        help="jobs sharing the switch (make run JOBS=J): J jobs of each point's workers and "
+        "skew, seeds seed..seed+J-1; each job is a row of its own (stars only)",
     )
     grid_options.add_argument(
         "--leaves",
@@ -237,12 +251,19 @@ def run_options(args: argparse.Namespace) -> list[str]:
 
 
 def run_arguments(point: Point, args: argparse.Namespace, runs_dir: Path) -> list[str]:
-    """`python -m experiment run`'s arguments for one point."""
+    """`python -m experiment run`'s arguments for one point. J jobs: each of `workers`
+    workers and the point's skew, job j seeded seed + j - 1 (so that the jobs draw different
+    streams), on the star the run builds."""
+    where = ["--topo", point.topo]
+    seed = str(point.seed)
+    if point.jobs > 1:
+        where = ["--jobs", str(point.jobs)]
+        seed = ",".join(str(point.seed + j) for j in range(point.jobs))
     return [
-        "--target", args.target, "--topo", point.topo, "--workers", str(point.workers),
+        "--target", args.target, *where, "--workers", str(point.workers),
         "--aggregate", point.aggregate, "--iterations", str(args.iterations),
         "--skew", str(point.skew), "--hot-slots", str(point.hot_slots), "--loss", str(point.loss),
-        "--bw", str(point.bw), "--seed", str(point.seed), "--runs-dir", str(runs_dir),
+        "--bw", str(point.bw), "--seed", seed, "--runs-dir", str(runs_dir),
         *run_options(args),
     ]  # fmt: skip
 
@@ -260,7 +281,7 @@ def preflight(points: list[Point], args: argparse.Namespace) -> None:
 def grid(args: argparse.Namespace) -> list[Point]:
     """The product of the lists: stars, or with --leaves leaf-spines; ValueError for a grid
     no sweep can run, naming the option."""
-    for name in ("workers", "hot_slots", "seeds", "shards", "leaves", "hosts_per_leaf"):
+    for name in ("workers", "hot_slots", "seeds", "shards", "leaves", "hosts_per_leaf", "jobs"):
         if any(v < 1 for v in getattr(args, name)):
             raise ValueError(f"--{name.replace('_', '-')}: values must be positive")
     if any(not 0 <= v < 1 for v in args.loss):
@@ -279,10 +300,12 @@ def grid(args: argparse.Namespace) -> list[Point]:
                 "--aggregate leaves needs a leaf-spine (the generated stars have one switch); "
                 "give --leaves and --hosts-per-leaf"
             )
+        if any(j > 1 for j in args.jobs) and args.shards != [1]:
+            raise ValueError("--jobs: each job has one PS; leave --shards at 1")
         return [
-            Point(w, skew, slots, loss, bw, seed, shards, aggregate=a)
-            for w, skew, slots, loss, bw, seed, shards, a in itertools.product(
-                args.workers, *rest, args.shards, designs
+            Point(w, skew, slots, loss, bw, seed, shards, aggregate=a, jobs=j)
+            for w, skew, slots, loss, bw, seed, shards, a, j in itertools.product(
+                args.workers, *rest, args.shards, designs, args.jobs
             )
         ]
     given: frozenset[str] = getattr(args, "given", frozenset())
@@ -295,6 +318,8 @@ def grid(args: argparse.Namespace) -> list[Point]:
         )
     if args.shards != [1]:
         raise ValueError("--shards: a generated leaf-spine has one PS; leave --shards at 1")
+    if args.jobs != [1]:
+        raise ValueError("--jobs: several jobs share one star's switch; not with --leaves")
     if too_small := [(n, h) for n in args.leaves for h in args.hosts_per_leaf if n * h < 2]:
         raise ValueError(f"leafspine:{too_small[0][0]}:{too_small[0][1]} has no worker host")
     return [
@@ -320,9 +345,10 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 
 def run_point(
     point: Point, args: argparse.Namespace, runs_dir: Path, log: Path
-) -> tuple[Summary, Path] | None:
-    """One normal run; its summary and directory, or None (and the log says why) when it
-    failed."""
+) -> list[tuple[Summary, Path, dict[str, Any]]] | None:
+    """One normal run: its summary, directory and extra columns (a run of J jobs: one each
+    per job, its Summary under the run's split, the run's jobs_row as `jobs.` columns), or
+    None (and the log says why) when it failed."""
     argv = [sys.executable, "-m", "experiment", "run", *run_arguments(point, args, runs_dir)]
     with open(log, "a") as out:
         out.write(f"\n=== {point.label()}\n")
@@ -336,17 +362,35 @@ def run_point(
     run_dir = summary_path.parent.resolve()
     summary_path.parent.parent.joinpath("latest").unlink()
     try:
-        summary = load_summary(run_dir / "summary.json")
-    except SummaryError as e:
+        if point.jobs > 1:
+            return job_rows(json.loads((run_dir / "summary.json").read_text()), run_dir)
+        return [(load_summary(run_dir / "summary.json"), run_dir, {})]
+    except (SummaryError, KeyError, json.JSONDecodeError) as e:
         with open(log, "a") as out:
-            out.write(f"hotagg sweep: {e}\n")
+            out.write(f"hotagg sweep: {run_dir / 'summary.json'}: {e!r}\n")
         return None
-    return summary, run_dir
 
 
-def row_of(point: Point, summary: Summary, run_dir: Path | None = None) -> dict[str, Any]:
+def job_rows(js: dict[str, Any], run_dir: Path) -> list[tuple[Summary, Path, dict[str, Any]]]:
+    """A JOBS=J run's rows: each job's Summary under the split it ran (its first), checked
+    as a run's, with the run's totals and checks beside it."""
+    extra = {f"jobs.{k}": v for k, v in jobs_row(cast(JobsSummary, js)).items()}
+    split = js["splits"][0]
+    return [
+        (check_summary(job["summaries"][split], f"{run_dir} job {job['job_id']}"), run_dir,
+         {"point.job": job["job_id"], **extra})
+        for job in js["job_summaries"]
+    ]  # fmt: skip
+
+
+def row_of(
+    point: Point,
+    summary: Summary,
+    run_dir: Path | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """results.csv's row of a run: the point, the speed-ups measured and bound, and every
-    field of its summary.json (flattened), then where the run is."""
+    field of its summary.json (flattened), then `extra` (a job's) and where the run is."""
     model = summary.get("model")
     measured = (summary.get("speedup") or {}).get("iteration_ms")
     bound = model["bound_speedup"] if model else None  # the busiest link's, every link
@@ -359,6 +403,7 @@ def row_of(point: Point, summary: Summary, run_dir: Path | None = None) -> dict[
         "faithful": (summary.get("fidelity") or {}).get("faithful"),
         "regime": regime_text(summary.get("fidelity") or {}),
         **flatten(summary),
+        **(extra or {}),
         **({"run_dir": str(run_dir)} if run_dir is not None else {}),
     }
 
@@ -542,7 +587,7 @@ def plot(rows: list[dict[str, Any]], out: Path, config: str = "") -> list[str]:
     speedup_vs_bound(rows, out / made[0], config)
     # the series figures are the stars' (a leaf-spine's workers follow from L and H, and its
     # designs are not one series): leaf-spine points are in speedup_vs_bound.png
-    stars = [r for r in rows if not r["point.leaves"]]
+    stars = [r for r in rows if not r["point.leaves"] and r.get("point.jobs", 1) == 1]
     one_ps = [r for r in stars if r["point.shards"] == 1]
     for x, group, name, xlabel in (
         ("point.workers", "point.skew", "speedup_vs_workers.png", "workers"),
@@ -786,17 +831,19 @@ def main(args: argparse.Namespace) -> int:
             failed.append(point.label())
             print("failed (sweep.log)", flush=True)
             continue
-        summary, run_dir = ran
-        row = row_of(point, summary, run_dir)
-        rows.append(row)
-        summaries.append(summary)
+        said = []
+        for summary, run_dir, extra in ran:
+            row = row_of(point, summary, run_dir, extra)
+            rows.append(row)
+            summaries.append(summary)
+            job = f"job {extra['point.job']}: " if "point.job" in extra else ""
+            said.append(
+                f"{job}speed-up {row['measured_speedup']}x, bound {row['model_speedup']}x, "
+                f"{row['regime']}, exact {row.get('exact')}"
+            )
         elapsed = time.monotonic() - started
-        print(
-            f"speed-up {row['measured_speedup']}x, bound {row['model_speedup']}x, "
-            f"{row['regime']}, exact {row.get('exact')} "
-            f"({elapsed / i * (len(points) - i):.0f} s left)",
-            flush=True,
-        )
+        left = f"({elapsed / i * (len(points) - i):.0f} s left)"
+        print("; ".join([*said, left]), flush=True)
         write_csv(out / "results.csv", rows)  # after every run: a stopped sweep keeps its rows
     parts = grid_config(summaries, points)
     figures = plot(rows, out, join_config(parts, short=True)) if rows else []
