@@ -18,6 +18,7 @@ every lookup hit (pushes, pulls and writebacks), hence the weight.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,8 +173,18 @@ class JobDemand:
             )
 
 
+# A slot moves from one job to another only when the taker's key is updated more often than
+# the giver's by this many standard errors of the warm-up's counts (a count n is read as
+# Poisson, variance n): near the split's boundary the jobs' keys have close rates, and
+# trading on noise loses to equal shares (docs/results/2026-12-03-first-come-sharing.md).
+SPLIT_CONFIDENCE = 2.0
+
+
 def split_slots(
-    demands: Mapping[int, JobDemand], slots: int, min_rate: float = 1.0
+    demands: Mapping[int, JobDemand],
+    slots: int,
+    min_rate: float = 1.0,
+    confidence: float = SPLIT_CONFIDENCE,
 ) -> dict[int, HotSet]:
     """Share one switch's `slots` between jobs ({job id: demand}) so that the bytes the jobs'
     PS links save per iteration, summed over the jobs, are the most.
@@ -181,25 +192,64 @@ def split_slots(
     A hot key updated r times per iteration takes r push entries and r pull entries off its
     PS's link toward the PS, and adds one COLLECT_REPLY entry: a slot saves (2r - 1) entries
     per iteration. Entries cost the same in every job (one protocol), so the marginal saving
-    of a job's next slot is its next candidate's rate, and since each job's rates only fall,
-    taking the highest rates over all jobs first is optimal. `min_rate` is the floor `choose`
-    applies (a key updated less than about once an iteration saves less than it costs)."""
+    of a job's next slot is its next candidate's rate. The rates are estimates from a
+    warm-up, so the split starts from equal shares (`equal_split`), gives the slots a job
+    cannot use (fewer candidates than its share) to the highest rates left, then moves a
+    slot from job A's least updated key to job B's next candidate while B's rate exceeds
+    A's by `confidence` standard errors: each move gains in expectation, and jobs whose
+    rates are alike keep equal shares. `min_rate` is the floor `choose` applies (a key
+    updated less than about once an iteration saves less than it costs)."""
     if slots < 0:
         raise BadInput(f"slot budget {slots} is negative")
     if min_rate < 0:
         raise BadInput(f"minimum rate {min_rate} is negative")
-    offers = sorted(
-        (
-            (-n / demand.iterations, job, key)
-            for job, demand in demands.items()
-            for key, n in rank(demand.freqs)
-            if n / demand.iterations >= min_rate
-        )
-    )[:slots]
-    taken: dict[int, list[int]] = {job: [] for job in demands}
-    for _, job, key in offers:
-        taken[job].append(key)
-    return {job: _hot_set(demands[job].freqs, taken[job]) for job in demands}
+    if confidence < 0:
+        raise BadInput(f"confidence {confidence} is negative")
+    if not demands:
+        return {}
+    ranked = {
+        job: [(k, n) for k, n in rank(d.freqs) if n / d.iterations >= min_rate]
+        for job, d in demands.items()
+    }
+    share = slots // len(demands)
+    kept = {job: min(share, len(r)) for job, r in ranked.items()}
+
+    def rate(job: int, i: int) -> float:
+        return ranked[job][i][1] / demands[job].iterations
+
+    def variance(job: int, i: int) -> float:
+        return ranked[job][i][1] / demands[job].iterations ** 2
+
+    # Slots no job's share used: to the highest rates not yet kept.
+    spare = slots - sum(kept.values())
+    while spare > 0:
+        left = [job for job in ranked if kept[job] < len(ranked[job])]
+        if not left:
+            break
+        best = max(left, key=lambda job: (rate(job, kept[job]), -job))
+        kept[best] += 1
+        spare -= 1
+    # Moves that gain beyond the estimates' noise, the largest first.
+    while True:
+        takers = [job for job in ranked if kept[job] < len(ranked[job])]
+        givers = [job for job in ranked if kept[job] > 0]
+        moves = [
+            (rate(b, kept[b]) - rate(a, kept[a] - 1), a, b)
+            for b in takers
+            for a in givers
+            if a != b
+            and rate(b, kept[b]) - rate(a, kept[a] - 1)
+            > confidence * math.sqrt(variance(b, kept[b]) + variance(a, kept[a] - 1))
+        ]
+        if not moves:
+            break
+        _, giver, taker = max(moves)
+        kept[giver] -= 1
+        kept[taker] += 1
+    return {
+        job: _hot_set(demands[job].freqs, [k for k, _ in ranked[job][: kept[job]]])
+        for job in demands
+    }
 
 
 def equal_split(

@@ -61,6 +61,8 @@ SWEEP_HONOURS = {
     "LEAVES": ("2,4", "--leaves '2,4'"),
     "HOSTS_PER_LEAF": ("2,4", "--hosts-per-leaf '2,4'"),
     "AGGREGATE": ("ps-leaf,leaves", "--aggregate 'ps-leaf,leaves'"),
+    "JOBS": ("1,2", "--jobs '1,2'"),
+    "SPLIT": ("equal", "--split 'equal'"),
     "ITERATIONS": ("12", "--iterations '12'"),
     "TARGET": ("bmv2", "--target 'bmv2'"),
     "KEYS": ("5000", "--keys '5000'"),

@@ -55,22 +55,50 @@ def test_the_split_saves_what_the_best_allocation_saves(seed: int) -> None:
         for j in (1, 2, 3)
     }
     slots = rng.randint(3, 25)
-    split = split_slots(demands, slots)
+    # trusting the counts fully (no confidence margin), the split is the optimum on them
+    split = split_slots(demands, slots, confidence=0.0)
     assert sum(len(h.keys) for h in split.values()) <= slots
     assert saved_entries(demands, split) == pytest.approx(best_by_enumeration(demands, slots, 1.0))
+    # with the margin, it lies between equal halves and that optimum
+    careful = split_slots(demands, slots)
+    assert sum(len(h.keys) for h in careful.values()) <= slots
+    assert (
+        saved_entries(demands, equal_split(demands, slots)) - 1e-9
+        <= saved_entries(demands, careful)
+        <= saved_entries(demands, split) + 1e-9
+    )
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_with_different_skews_the_split_saves_at_least_equal_halves(seed: int) -> None:
+def test_jobs_alike_keep_equal_shares_where_the_counts_differ_only_by_noise(seed: int) -> None:
+    # two samples of one distribution: any difference between their marginal keys is noise
     demands = {
-        1: JobDemand(zipf_counts(1.1, 5000, 20000, seed), 5),
-        2: JobDemand(zipf_counts(1.4, 5000, 20000, seed + 100), 5),
+        1: JobDemand(zipf_counts(1.2, 5000, 40000, seed), 5),
+        2: JobDemand(zipf_counts(1.2, 5000, 40000, seed + 100), 5),
+    }
+    careful = split_slots(demands, 64)
+    assert [len(careful[j].keys) for j in (1, 2)] == [32, 32]
+    # trusting the counts fully moves slots on that noise
+    trusting = split_slots(demands, 64, confidence=0.0)
+    assert [len(trusting[j].keys) for j in (1, 2)] != [32, 32]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(
+    ("skews", "draws"), [((1.0, 1.6), (20000, 20000)), ((1.2, 1.2), (10000, 30000))]
+)
+def test_jobs_that_differ_get_unequal_shares_that_save_more(seed: int, skews, draws) -> None:
+    # different skews, or one job with three times the workers (three times the updates)
+    demands = {
+        j: JobDemand(zipf_counts(skews[j - 1], 5000, draws[j - 1], seed + 100 * j), 5)
+        for j in (1, 2)
     }
     split = split_slots(demands, 128)
     halves = equal_split(demands, 128)
-    assert saved_entries(demands, split) >= saved_entries(demands, halves)
-    # the more skewed job has more keys worth a slot, so it gets more than half
-    assert len(split[2].keys) != len(split[1].keys)
+    assert saved_entries(demands, split) > saved_entries(demands, halves)
+    # at 64 keys each, the flatter job's next keys are updated more often than the steeper
+    # job's last ones; the job with more workers updates each of its keys more often
+    assert len(split[1 if skews[0] != skews[1] else 2].keys) > 64
 
 
 def test_one_job_gets_what_choose_gives_it_alone() -> None:
@@ -100,3 +128,5 @@ def test_bad_budgets_rates_and_spans_are_refused(
 ) -> None:
     with pytest.raises(BadInput):
         split_slots({1: JobDemand({1: 5}, iterations)}, slots, min_rate)
+    with pytest.raises(BadInput, match="confidence"):
+        split_slots({1: JobDemand({1: 5}, 5)}, 4, confidence=-1.0)
