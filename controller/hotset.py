@@ -173,7 +173,7 @@ class JobDemand:
             )
 
 
-# A slot moves from one job to another only when the taker's key is updated more often than
+# Slots move from one job to another only when the taker's keys are updated more often than
 # the giver's by this many standard errors of the warm-up's counts (a count n is read as
 # Poisson, variance n): near the split's boundary the jobs' keys have close rates, and
 # trading on noise loses to equal shares (docs/results/2026-12-03-first-come-sharing.md).
@@ -194,11 +194,12 @@ def split_slots(
     per iteration. Entries cost the same in every job (one protocol), so the marginal saving
     of a job's next slot is its next candidate's rate. The rates are estimates from a
     warm-up, so the split starts from equal shares (`equal_split`), gives the slots a job
-    cannot use (fewer candidates than its share) to the highest rates left, then moves a
-    slot from job A's least updated key to job B's next candidate while B's rate exceeds
-    A's by `confidence` standard errors: each move gains in expectation, and jobs whose
-    rates are alike keep equal shares. `min_rate` is the floor `choose` applies (a key
-    updated less than about once an iteration saves less than it costs)."""
+    cannot use (fewer candidates than its share) to the highest rates left, then moves m
+    slots from job A's least updated keys to job B's next candidates while B's m rates
+    exceed A's m, summed, by `confidence` standard errors of that sum: each move gains in
+    expectation, and jobs whose rates are alike keep equal shares. `min_rate` is the floor
+    `choose` applies (a key updated less than about once an iteration saves less than it
+    costs)."""
     if slots < 0:
         raise BadInput(f"slot budget {slots} is negative")
     if min_rate < 0:
@@ -229,23 +230,26 @@ def split_slots(
         best = max(left, key=lambda job: (rate(job, kept[job]), -job))
         kept[best] += 1
         spare -= 1
-    # Moves that gain beyond the estimates' noise, the largest first.
+    # Moves of m slots from one job to another that gain beyond the estimates' noise, the
+    # largest gain first: m = 1 trusts a single pair of counts, a larger m their sums.
     while True:
-        takers = [job for job in ranked if kept[job] < len(ranked[job])]
-        givers = [job for job in ranked if kept[job] > 0]
-        moves = [
-            (rate(b, kept[b]) - rate(a, kept[a] - 1), a, b)
-            for b in takers
-            for a in givers
-            if a != b
-            and rate(b, kept[b]) - rate(a, kept[a] - 1)
-            > confidence * math.sqrt(variance(b, kept[b]) + variance(a, kept[a] - 1))
-        ]
-        if not moves:
+        best: tuple[float, int, int, int] | None = None
+        for giver in ranked:
+            for taker in ranked:
+                if giver == taker:
+                    continue
+                room = min(kept[giver], len(ranked[taker]) - kept[taker])
+                gain = var = 0.0
+                for m in range(1, room + 1):
+                    gain += rate(taker, kept[taker] + m - 1) - rate(giver, kept[giver] - m)
+                    var += variance(taker, kept[taker] + m - 1) + variance(giver, kept[giver] - m)
+                    if gain > confidence * math.sqrt(var) and (best is None or gain > best[0]):
+                        best = (gain, giver, taker, m)
+        if best is None:
             break
-        _, giver, taker = max(moves)
-        kept[giver] -= 1
-        kept[taker] += 1
+        _, giver, taker, m = best
+        kept[giver] -= m
+        kept[taker] += m
     return {
         job: _hot_set(demands[job].freqs, [k for k, _ in ranked[job][: kept[job]]])
         for job in demands

@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,7 @@ class LinkProbe:
     mbps: float | None  # configured rate; None = unlimited
     to_ps: bool = False  # a link into a parameter server
     at: str = ""  # the node `ifname` belongs to; "" for node2 (a host link's switch)
+    between_switches: bool = False
 
     def directions(self) -> tuple[str, str] | None:
         """(sent, received): the directed links the interface sends and receives on; None
@@ -178,6 +179,18 @@ class PhaseMonitor:
             self._thread.join()
         self._samples.append(self._sample())
         return verdict(self._samples, self.links)
+
+    def verdict_for(self, hosts: Collection[str]) -> dict[str, Any]:
+        """After stop(): the verdict of one job of several, judged on the links its hosts
+        are on and the links between switches, which its traffic may cross. Another job's
+        saturated PS link does not set this job's pace; the machine and the switches are
+        everyone's."""
+        mine = [
+            p
+            for p in self.links
+            if not set(p.name.split("-")).isdisjoint(hosts) or p.between_switches
+        ]
+        return verdict(self._samples, mine)
 
 
 def _share(a: int | None, b: int | None, seconds: float) -> float | None:

@@ -96,6 +96,13 @@ def run_agents(
             follow(name, [p for _, p, _ in workers], iterations, check)
         finally:
             fidelity = monitor.stop()
+        # Several jobs: each judged on its own hosts' links (PhaseMonitor.verdict_for).
+        verdicts = [
+            monitor.verdict_for({h.name for h in (*job.workers, *job.parameter_servers)})
+            if several
+            else fidelity
+            for job, _ in plans
+        ]
         if loop is not None:  # the workers are done: no more moves in this phase
             steps = loop.stop()
         seconds = time.perf_counter() - start
@@ -119,8 +126,8 @@ def run_agents(
                 for i in range(len(job.parameter_servers))
             ],
             switch_stats,
-            fidelity,
+            job_fidelity,
             steps,
         )
-        for job, plan in plans
+        for (job, plan), job_fidelity in zip(plans, verdicts)
     ]

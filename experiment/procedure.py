@@ -213,14 +213,17 @@ def calibrate(
         no_keys: dict[int, list[int] | None] = dict.fromkeys(hot_keys)
         for mode, keys in (("server", no_keys), ("offload", hot_keys)):
             exp.bed.configure_jobs(keys)  # a fresh pipeline: the phase's seqs start at 1
-            [phase, *_] = exp.run_jobs_phase(
+            jobs = exp.run_jobs_phase(
                 f"calibrate-{mbps:g}-{mode}",
                 CALIBRATION_ITERATIONS,
                 collect=mode == "offload",
                 stream_offset=stream_offset,
             )
-            verdicts[mode] = phase.fidelity
-            if not saturated(phase.fidelity):
+            # every job's own verdict must say saturated: the first that does not speaks
+            verdicts[mode] = next(
+                (job.fidelity for job in jobs if not saturated(job.fidelity)), jobs[0].fidelity
+            )
+            if not saturated(verdicts[mode]):
                 break  # no need to try the other mode at this rate
         worst = next((v for v in verdicts.values() if not saturated(v)), None)
         shown = worst or verdicts["offload"]

@@ -294,6 +294,7 @@ class Testbed:
                     link.bandwidth,
                     to_ps=link.node1 in ps_names,
                     at=switch,
+                    between_switches=not link.is_host_link,
                 )
             )
         return PhaseMonitor({k: v for k, v in pids.items() if v}, links)
