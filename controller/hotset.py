@@ -227,8 +227,8 @@ def split_slots(
         left = [job for job in ranked if kept[job] < len(ranked[job])]
         if not left:
             break
-        best = max(left, key=lambda job: (rate(job, kept[job]), -job))
-        kept[best] += 1
+        hottest = max(left, key=lambda job: (rate(job, kept[job]), -job))
+        kept[hottest] += 1
         spare -= 1
     # Moves of m slots from one job to another that gain beyond the estimates' noise, the
     # largest gain first: m = 1 trusts a single pair of counts, a larger m their sums.

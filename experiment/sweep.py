@@ -443,8 +443,14 @@ def _values(points: Iterable[Point], attr: str) -> str:
 
 
 def _design(row: dict[str, Any]) -> str:
-    """A row's topology and where it aggregates, for the tables."""
-    return f"{row['point.topo']} | {row['point.aggregate']}"
+    """A row's topology (and job, in a run of several) and where it aggregates, for the
+    tables."""
+    return f"{_where(row)} | {row['point.aggregate']}"
+
+
+def _where(row: dict[str, Any]) -> str:
+    job = row.get("point.job")
+    return f"{row['point.topo']} job {job} of {row['point.jobs']}" if job else row["point.topo"]
 
 
 def grid_config(summaries: list[Summary], points: list[Point]) -> list[ConfigPart]:
@@ -700,10 +706,11 @@ def spread_table(rows: list[dict[str, Any]]) -> list[str]:
     """Per configuration, the speed-ups over its seeds: a single run's p99 is close to its
     slowest iteration and moves between runs, so the spread is what to quote."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
-    keys = ("point.topo", "point.aggregate", "point.workers", "point.skew", "point.hot_slots",
+    keys = ("point.aggregate", "point.workers", "point.skew", "point.hot_slots",
             "point.loss", "point.bw", "point.shards")  # fmt: skip
-    for r in rows:
-        groups[tuple(r[k] for k in keys)].append(r)
+    for r in rows:  # a job of several is a configuration of its own
+        key = (_where(r), *[r[k] for k in keys])
+        groups[key].append(r)
     lines = [
         "Over seeds (median [min-max] of server-only / offload iteration times):",
         "",

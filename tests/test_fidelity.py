@@ -227,3 +227,27 @@ def test_a_probe_names_the_directions_it_reads() -> None:
     assert LinkProbe("h5-s1", "x", 10.0).directions() == ("s1-h5", "h5-s1")  # at node2
     assert LinkProbe("s1-s5", "x", 10.0, at="s1").directions() == ("s1-s5", "s5-s1")
     assert LinkProbe("lo", "lo", None).directions() is None
+
+
+def test_each_job_is_judged_on_its_own_hosts_links() -> None:
+    # two jobs on s1: job 1's PS h5 on a saturated link, job 2's PS h6 at a third of its rate
+    links = [
+        LinkProbe("h5-s1", "x5", 10.0, to_ps=True),
+        LinkProbe("h6-s1", "x6", 10.0, to_ps=True),
+    ]
+    data = samples(4.0, 0.5, 0.95, ps_link_mbps=9.5)
+    for s in data:
+        s.links["h6-s1"] = (0, int(3.0 * 1e6 / 8 * s.t), 0)
+        s.links["s1-s2"] = (0, 0, 0)
+    mon = PhaseMonitor({}, links)
+    mon._samples = data
+    assert verdict(data, links)["bottleneck"] == "ps_link"  # the run's busiest link
+    assert mon.verdict_for({"h1", "h5"})["bottleneck"] == "ps_link"
+    # job 2's own PS link is far from saturated: its switch, busy at 95% of a core, set it
+    job2 = mon.verdict_for({"h2", "h6"})
+    assert job2["bottleneck"] == "switch" and not job2["faithful"]
+    assert [r["link"] for r in job2["links"]] == ["h6-s1"]
+    # a link between switches may carry any job's traffic: every job's verdict keeps it
+    spine = LinkProbe("s1-s2", "x12", 10.0, at="s1", between_switches=True)
+    mon.links = [*links, spine]
+    assert "s1-s2" in [r["link"] for r in mon.verdict_for({"h6"})["links"]]

@@ -197,9 +197,7 @@ class Topology:
         for name in names:
             self.attachment(name)  # KeyError naming the hosts there are
         keep = set(names)
-        links = tuple(
-            link for link in self.links if not link.is_host_link or link.node1 in keep
-        )
+        links = tuple(link for link in self.links if not link.is_host_link or link.node1 in keep)
         hosts = {name: host for name, host in self.hosts.items() if name in keep}
         return dataclasses.replace(self, hosts=hosts, links=links)
 
