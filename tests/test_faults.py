@@ -92,7 +92,8 @@ def test_a_p4runtime_failure_from_a_dead_switch_names_the_switch(tmp_path: Path)
     log.write_text("s1: ready\n")
     proc = subprocess.Popen(["sleep", "30"])
     switch = SimpleNamespace(process=SimpleNamespace(proc=proc, log_path=log))
-    exp = testbed.Testbed(RunConfig(), SimpleNamespace(switches={"s1": None}), EmbeddedTarget())
+    topology = SimpleNamespace(switches={"s1": None}, workers=[], parameter_servers=[])
+    exp = testbed.Testbed(RunConfig(), topology, EmbeddedTarget())
     exp.net = SimpleNamespace(switch=lambda name: switch)
     try:
         with pytest.raises(SwitchUnreachable), exp.naming_dead_switches("configuring"):
