@@ -130,6 +130,7 @@ class Stat(IntEnum):
     FLUSH = _p4("STAT_FLUSH")
     FLUSH_ABSORBED = _p4("STAT_FLUSH_ABSORBED")
     CHAIN_FORWARD = _p4("STAT_CHAIN_FORWARD")
+    SLOT_BUSY = _p4("STAT_SLOT_BUSY")  # section 8: copy holds an older unread iteration
 
 
 def _check_declares_every_const(enum: type[IntEnum], prefix: str, *not_members: str) -> None:

@@ -65,7 +65,7 @@ class Aggregate(NameEnum):
 
 
 class Split(NameEnum):
-    """SPLIT=: how JOBS=J share the switch's HOT_SLOTS (docs/design.md section 8)."""
+    """SPLIT=: how JOBS=J share the switch's HOT_SLOTS (docs/design.md section 9)."""
 
     SAVINGS = "savings"  # the controller's split that saves the most PS-link bytes in total
     EQUAL = "equal"  # HOT_SLOTS // J each

@@ -1,5 +1,5 @@
 """`make run JOBS=J`: several training jobs on one switch, each with its own workers, PS and
-workload, sharing the switch's HOT_SLOTS (docs/design.md section 8, docs/experiment.md
+workload, sharing the switch's HOT_SLOTS (docs/design.md section 9, docs/experiment.md
 "Several jobs").
 
 The phases run every job at once: the warm-up (whose update counts give each job's

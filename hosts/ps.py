@@ -52,7 +52,7 @@ from hosts.agent import (
 )
 from hosts.leaf_flush import Leaf
 from hosts.ps_barrier import Barrier, IterationState
-from hosts.ps_config import PSConfig
+from hosts.ps_config import PSConfig, SyncMode
 from hosts.ps_frequency import FrequencyCounts
 from hosts.ps_log import RequestLog
 from hosts.ps_requests import RequestHandler
@@ -162,6 +162,9 @@ class ParameterServer:
             "workers": cfg.n_workers,
             "keys": cfg.key_space,
             "collect": cfg.collect,
+            "sync": str(cfg.sync),
+            # pulls the PS answered, by staleness (docs/design.md section 8)
+            "staleness": {str(k): v for k, v in sorted(self.requests.staleness.items())},
             "iterations_done": self.cur - 1,
             "finished": self.finished,
             "hot_keys": len(self.barrier.hot),
@@ -187,6 +190,14 @@ def parse_leaf(text: str) -> Leaf:
     if not address or not worker.isdigit():
         raise AgentError(f"--leaf {text!r}: expected IP[:PORT]/WORKER, e.g. 10.0.2.254/15")
     return Leaf(parse_address(address, HOTAGG_PORT), int(worker))
+
+
+def sync_mode(text: str) -> SyncMode:
+    """argparse type: `bsp`, `ssp:S` or `async`."""
+    try:
+        return SyncMode.parse(text)
+    except AgentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -227,6 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="give a COLLECT up after this many resends (default: never, the deadline bounds "
         "the run; giving up loses the switch's sums, so the result is no longer exact)",
+    )
+    p.add_argument(
+        "--sync",
+        type=sync_mode,
+        default=SyncMode(),
+        help="bsp (default), ssp:S (a worker may run up to S iterations ahead of the "
+        "slowest) or async (no barrier); docs/design.md section 8",
     )
     p.add_argument("--linger", type=float, default=1.0, help="idle seconds before exiting")
     p.add_argument(
@@ -293,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             freq_every=args.freq_every,
             params_path=args.params,
             summary_path=args.summary,
+            sync=args.sync,
         )
         ps = ParameterServer(cfg)
     except AgentError as exc:

@@ -9,6 +9,13 @@ out on the same socket to the same first switch, which handles a port's frames i
 the cache is filled before any worker learns it may pull t+1. A WRITEBACK that is lost, or
 ordered after a pull by some other path, only turns that pull into a miss the PS answers.
 The release itself (the DONE_ACKs, the pulls held for t+1) is the caller's `on_release`.
+
+In `ssp:S` and `async` (docs/design.md section 8) iterations are still applied in order,
+each whole, once every worker's DONE for it is in; pushes and DONEs of later iterations
+wait in their own IterationState (`ahead`). After applying t the PS tells the switch that
+every copy of t is read (an empty COLLECT of t + 1), before any DONE_ACK lets a worker push
+t + 2. In `async` cold entries are applied as they arrive (`apply_cold`), not with their
+iteration.
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ class IterationState:
     collected_sums: list[int] = field(default_factory=list)
     collected_offsets: list[int] = field(default_factory=list)
     refreshed: list[tuple[int, int]] = field(default_factory=list)  # (offset, key)
+    acked: set[int] = field(default_factory=set)  # workers sent DONE_ACK early (ssp, async)
     # partial PUSHes of remote leaves that reached the PS with refused entries (section 7)
     flush_remainders: int = 0
 
@@ -101,11 +109,49 @@ class Barrier:
             else None
         )
         self._on_release = on_release
+        self.sync = config.sync
+        # ssp, async: the states of iterations after cur that pushes or DONEs reached
+        self.ahead: dict[int, IterationState] = {}
 
     @property
     def cur(self) -> int:
         """The iteration being accumulated; iterations < cur are applied."""
         return self.it.number
+
+    @property
+    def applied(self) -> int:
+        """The newest iteration the parameters hold whole (cur, once it is applied and its
+        hot keys are being written back)."""
+        return self.cur if self.it.phase is Phase.WRITING_BACK else self.cur - 1
+
+    def state(self, iteration: int) -> IterationState | None:
+        """The state that takes a push or DONE of `iteration`: cur's while it accumulates, a
+        later one's in ssp (at most S + 1 ahead, as the pacing allows) and async; None for an
+        iteration that is applied, being applied, beyond --iterations or too far ahead."""
+        limit, bound = self.cfg.iterations, self.sync.bound
+        if limit is not None and iteration > limit:
+            return None
+        if iteration == self.cur:
+            return self.it if self.it.phase is Phase.ACCUMULATING else None
+        # ssp: a DONE_ACK sent while cur is written back lets a worker reach cur + S + 1
+        ahead = None if bound is None else bound + 1 if bound else 0
+        if iteration < self.cur or (ahead is not None and iteration > self.cur + ahead):
+            return None
+        if iteration not in self.ahead:
+            self.ahead[iteration] = IterationState(iteration)
+        return self.ahead[iteration]
+
+    def complete(self, it: IterationState) -> bool:
+        """Every worker's DONE for `it` is in."""
+        return len(it.done) == self.cfg.n_workers
+
+    def apply_cold(self, keys: tuple[int, ...], values: tuple[int, ...]) -> None:
+        """async: cold entries are applied as they arrive (their state keeps the keys, for
+        the counts and the refresh rule, but not the values)."""
+        if keys:
+            np.subtract.at(
+                self.params, np.array(keys, dtype=np.intp), np.array(values, dtype=np.int64)
+            )
 
     @property
     def finished(self) -> bool:
@@ -114,7 +160,7 @@ class Barrier:
 
     def busy(self) -> bool:
         """A step is under way that the switch's replies or timeouts move on (`advance`)."""
-        return self.it.in_barrier or self._writing()
+        return self.it.in_barrier or self._writing() or self.switch.releasing()
 
     def timeout(self, limit: float) -> float:
         """Seconds until something is due (a resend, or a flush-count probe), at most `limit`."""
@@ -135,6 +181,10 @@ class Barrier:
         """WRITEBACK the initial values of this shard's configured hot keys, tagged iteration 1
         (their offsets seed the PS's belief of what each slot caches)."""
         cfg = self.cfg
+        if cfg.collect and not self.sync.bsp:
+            # a value left in the switch by an earlier run of this job index must not let
+            # pushes reuse copies of this run that are not read yet (design.md section 8)
+            self.switch.start_release(self.cur)
         if not (cfg.collect and cfg.writeback and cfg.hot_keys):
             return
         n, shard = cfg.n_shards, cfg.shard
@@ -246,9 +296,12 @@ class Barrier:
         collected = np.array(it.collected_keys, dtype=np.intp)
         self.counts.add(it.number, cold, collected)
         for keys, values in ((cold, it.cold_values), (collected, it.collected_sums)):
-            if len(keys):
+            if len(keys) and len(values):  # async: cold values were applied on arrival
                 np.subtract.at(self.params, keys, np.array(values, dtype=np.int64))
         self.counters["collected_entries"] += len(it.collected_keys)
+        if self.cfg.collect and not self.sync.bsp:
+            # every copy of cur is read: sent before any DONE_ACK lets a worker push cur + 2
+            self.switch.start_release(self.cur + 1)
         it.cold_keys, it.cold_values = [], []
         it.collected_keys, it.collected_sums, it.collected_offsets = [], [], []
         if not (self.cfg.collect and self.cfg.writeback and self.hot):
@@ -276,5 +329,8 @@ class Barrier:
         """Iteration cur is done: the next one starts, and the caller releases the workers."""
         done = self.it
         done.phase = Phase.RELEASED
-        self.it = IterationState(done.number + 1)
+        nxt = done.number + 1
+        self.it = self.ahead.pop(nxt) if nxt in self.ahead else IterationState(nxt)
         self._on_release(done)
+        if self.complete(self.it) and not self.finished:
+            self.finalize()  # ssp, async: its DONEs came while the previous one was applied

@@ -2,12 +2,44 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from contract.constants import HOTAGG_PORT, MAX_WORKERS, NUM_SLOTS
 from contract.freqfile import is_live
 from hosts.agent import Address, AgentError
 from hosts.leaf_flush import Leaf
+
+
+@dataclass(frozen=True)
+class SyncMode:
+    """How far workers may drift apart (docs/design.md section 8): `bound` = S of `ssp:S`
+    (0 is BSP), None for `async` (no bound)."""
+
+    bound: int | None = 0
+
+    @classmethod
+    def parse(cls, text: str) -> SyncMode:
+        """`bsp`, `ssp:S` (S >= 0; `ssp:0` is `bsp`) or `async`."""
+        name, _, arg = text.strip().lower().partition(":")
+        if name == "bsp" and not arg:
+            return cls(0)
+        if name == "async" and not arg:
+            return cls(None)
+        if name == "ssp" and arg.isdigit():
+            return cls(int(arg))
+        raise AgentError(f"sync mode {text!r}: expected bsp, ssp:S (S >= 0) or async")
+
+    @property
+    def bsp(self) -> bool:
+        return self.bound == 0
+
+    def allows(self, iteration: int, applied: int) -> bool:
+        """Whether a worker that finished `iteration` may go on while iterations up to
+        `applied` are applied: iteration - S <= applied."""
+        return self.bound is None or iteration - self.bound <= applied
+
+    def __str__(self) -> str:
+        return "async" if self.bound is None else "bsp" if self.bound == 0 else f"ssp:{self.bound}"
 
 
 @dataclass
@@ -40,6 +72,8 @@ class PSConfig:
     hot_keys: dict[int, int | None] | None = None
     # aggregation at every leaf (docs/design.md section 7): the remote leaves, in chain order
     leaves: tuple[Leaf, ...] = ()
+    # consistency mode (docs/design.md section 8): bsp, ssp:S or async
+    sync: SyncMode = field(default_factory=SyncMode)
 
     def validate(self) -> None:
         if not 0 <= self.job_id < 1 << 16:
@@ -58,6 +92,16 @@ class PSConfig:
         if self.rto <= 0 or self.rto_max < self.rto or retries_bad:
             raise AgentError("0 < rto <= rto_max and collect_retries >= 0 are required")
         self._validate_leaves()
+        if self.sync.bound is not None and self.sync.bound < 0:
+            raise AgentError("ssp:S needs S >= 0")
+        if not self.sync.bsp and self.collect and self.n_shards != 1:
+            raise AgentError(
+                f"--sync {self.sync} with --collect needs one PS shard: every shard reads all "
+                "of the job's slots, and one that has read an iteration would let the switch "
+                "reuse copies another has not read (docs/design.md section 8)"
+            )
+        if not self.sync.bsp and self.leaves:
+            raise AgentError(f"--leaf is BSP only, not --sync {self.sync} (design.md section 8)")
 
     def _validate_leaves(self) -> None:
         if not self.leaves:

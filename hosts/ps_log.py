@@ -15,7 +15,9 @@ from hosts.stats import CsvLog
 # queueing at the PS: its socket buffer plus the batch ahead of it), reply =
 # when the answer was sent (empty: none; DONE rows are written at the barrier, so their reply
 # is the DONE_ACK time); result = accepted | dup | stale | replied | held | barrier | reack |
-# waiting | collected | cached | unanswered | an error counter name (malformed, bad_key...).
+# waiting | collected | cached | unanswered | an error counter name (malformed, bad_key...);
+# stale = for a PULL the PS answered, how many iterations' sums its value lacks: the pull's
+# iteration - 1 - the newest applied one (0 in BSP, <= S in ssp:S; docs/design.md section 8).
 LOG_COLUMNS = (
     "arrival",
     "start",
@@ -28,6 +30,7 @@ LOG_COLUMNS = (
     "mask",
     "result",
     "peer",
+    "stale",
 )
 
 
@@ -53,6 +56,7 @@ class RequestLog:
         m: Message | None,
         result: str,
         peer: Address,
+        stale: int | None = None,
     ) -> None:
         """One row (switch_channel.RowWriter): `m` None for a datagram that did not decode."""
         if self._log.enabled:
@@ -66,5 +70,6 @@ class RequestLog:
                     *f,
                     result,
                     self._peers.get(peer) or self._peers.setdefault(peer, f"{peer[0]}:{peer[1]}"),
+                    "" if stale is None else stale,
                 )
             )

@@ -16,6 +16,12 @@
   cache (hosts/switch_cache.py), so that workers stop grouping them as cached.
 - COLLECT_REPLY and WRITEBACK_ACK, the switch's answers, go to the barrier.
 DONE.seq must equal this shard's index (the worker's shard list must match ours).
+
+Consistency modes (docs/design.md section 8): in `ssp:S` a push or DONE of a later iteration
+goes to that iteration's state, DONE_ACK(t) leaves once iteration t - S is applied (at once
+if it is), and a pull of t is answered once t - 1 - S is; in `async` DONE_ACK leaves at once,
+pulls are never held and cold entries are applied on arrival. Each pull the PS answers
+records its staleness, (t - 1) - the newest applied iteration, in the log and `staleness`.
 """
 
 from __future__ import annotations
@@ -85,6 +91,8 @@ class RequestHandler:
         self._evicted_told: list[int] = []
         self._evicted_told_at = 0
         self._loss_seen = 0  # the latest iteration that saw a retransmitted request
+        self.sync = config.sync
+        self.staleness: Counter[int] = Counter()  # pulls the PS answered, by staleness
 
     def handle(self, data: bytes, addr: Address, arrival: float) -> None:
         """One datagram received at `arrival` (s, wall clock)."""
@@ -150,13 +158,17 @@ class RequestHandler:
             return "dup"
         if d.seqs[i] > m.seq:
             return "stale"  # acked long ago (the worker's window moved past it)
-        if m.iteration != b.cur or b.it.phase is not Phase.ACCUMULATING or b.finished:
-            return "bad_iteration"  # cannot happen under BSP: not acked, not applied
+        it = b.state(m.iteration)
+        if it is None or b.finished:
+            return "bad_iteration"  # cannot happen when paced: not acked, not applied
         if not self._keys_ok(m.keys):
             return "bad_key"
         d.seqs[i], d.masks[i] = m.seq, m.mask
-        b.it.cold_keys.extend(m.keys)
-        b.it.cold_values.extend(m.values)
+        it.cold_keys.extend(m.keys)
+        if self.sync.bound is None:
+            b.apply_cold(m.keys, m.values)  # async: as they come
+        else:
+            it.cold_values.extend(m.values)
         self.counters["cold_entries"] += m.count
         self._send(self._ack(m, m.mask), addr)
         return "accepted"
@@ -190,13 +202,12 @@ class RequestHandler:
         b = self.barrier
         if not self._keys_ok(m.keys):
             return "bad_key"
-        writing_back = m.iteration == b.cur and b.it.phase is Phase.WRITING_BACK
-        if m.iteration < b.cur or writing_back:
-            # the parameters already hold later iterations: only a stale retransmission
-            # asks this, and its worker has had its answer
+        if m.iteration <= b.applied:
+            # the parameters already hold its iteration: only a stale retransmission asks
+            # this, and its worker has had its answer
             self.counters["late_pull"] += 1
             return "late"
-        if m.iteration > b.cur:
+        if not self.sync.allows(m.iteration - 1, b.applied):
             if len(self._held) >= self.cfg.max_held:
                 self._held.popleft()
                 self.counters["held_dropped"] += 1
@@ -227,9 +238,11 @@ class RequestHandler:
                     else:
                         mask |= 1 << i
         reply = encode(Op.PULL_REPLY, m.job_id, m.worker_id, m.seq, it, m.keys, values, mask=mask)
+        stale = it - 1 - b.applied  # iterations whose sums the value lacks (0 in BSP)
+        self.staleness[stale] += 1
         self._send(reply, addr)
         self.counters["pull"] += 1
-        self._row(arrival, start, time.time(), "PULL", m, "replied", addr)
+        self._row(arrival, start, time.time(), "PULL", m, "replied", addr, stale)
 
     def _on_done(self, m: Message, addr: Address, arrival: float, start: float) -> str:
         b = self.barrier
@@ -239,15 +252,30 @@ class RequestHandler:
         if m.iteration < b.cur:
             self._send(self._done_ack(m.worker_id, m.iteration), addr)
             return "reack"
-        if m.iteration > b.cur or b.finished:
+        it = b.it if m.iteration == b.cur else b.state(m.iteration)
+        if it is None or b.finished:
             return "bad_iteration"
-        done = b.it.done
-        if m.worker_id in done:
+        if m.worker_id in it.acked:
+            self._send(self._done_ack(m.worker_id, m.iteration), addr)
+            return "reack"  # acked early (ssp, async): its ack was lost
+        if m.worker_id in it.done:
             return "waiting"  # a resent DONE while others are still pushing
-        done[m.worker_id] = (arrival, start)
-        if len(done) == self.cfg.n_workers and b.it.phase is Phase.ACCUMULATING:
+        it.done[m.worker_id] = (arrival, start)
+        if self.sync.allows(m.iteration, b.applied):  # ssp, async: it may go on now
+            self._ack_done(it, m.worker_id, 1, time.time())
+        if it is b.it and b.complete(it) and it.phase is Phase.ACCUMULATING:
             b.finalize()
         return "barrier"
+
+    def _ack_done(self, it: IterationState, worker: int, copies: int, now: float) -> None:
+        """DONE_ACK of `it` to `worker` (`copies` times), and its DONE's log row."""
+        ack = self._done_ack(worker, it.number)
+        for _ in range(copies):
+            self._send(ack, self._addr[worker])
+        it.acked.add(worker)
+        arrival, start = it.done[worker]
+        m = Message(Op.DONE, 0, self.cfg.job_id, worker, self.cfg.shard, it.number, 0)
+        self._row(arrival, start, now, "DONE", m, "barrier", self._addr[worker])
 
     def _done_ack(self, worker: int, iteration: int) -> bytes:
         # its entries: keys that left the switch's cache, announced at this release
@@ -264,19 +292,25 @@ class RequestHandler:
         self._evicted_told_at = it.number
         self._evicted_told = self.barrier.cache.take_evicted(MAX_ENTRIES, it.number + 1)
         self.counters["evicted_told"] += len(self._evicted_told)
-        for w, (arrival, start) in sorted(it.done.items()):
-            ack = self._done_ack(w, it.number)
-            for _ in range(copies):
-                self._send(ack, self._addr[w])
-            m = Message(Op.DONE, 0, self.cfg.job_id, w, self.cfg.shard, it.number, 0)
-            self._row(arrival, start, now, "DONE", m, "barrier", self._addr[w])
+        for w in sorted(it.done):
+            if w not in it.acked:
+                self._ack_done(it, w, copies, now)
+        if self.sync.bound:  # ssp: DONEs of it + 1 .. it + S may go on now
+            b = self.barrier
+            for t in range(it.number + 1, it.number + self.sync.bound + 1):
+                later = b.it if t == b.cur else b.ahead.get(t)
+                if later is None:
+                    continue
+                for w in sorted(later.done):
+                    if w not in later.acked:
+                        self._ack_done(later, w, copies, now)
 
     def answer_held(self) -> None:
         """Answer the held pulls the applied iterations now allow."""
-        cur = self.barrier.cur
+        applied = self.barrier.applied
         held, self._held = self._held, deque()
         for m, addr, arrival in held:
-            if m.iteration <= cur:
+            if self.sync.allows(m.iteration - 1, applied):
                 self._answer_pull(m, addr, arrival, time.time())
             else:
                 self._held.append((m, addr, arrival))

@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from contract.codec import Message
 from contract.constants import FLAG_CHAIN, FLAG_INVALIDATE, MAX_ENTRIES, Op
@@ -25,8 +26,24 @@ from hosts.agent import Address, AgentError, RttEstimator
 from hosts.ps_config import PSConfig
 from hosts.reliable import ReliableChannel, Request, Window
 
-# row(arrival, start, reply, op name, message or None, result, peer): one request-log row.
-RowWriter = Callable[[float, float, "float | None", str, "Message | None", str, Address], None]
+
+class RowWriter(Protocol):
+    """row(arrival, start, reply, op name, message or None, result, peer[, stale]): one
+    request-log row (hosts/ps_log.py); `stale` only for pulls the PS answered."""
+
+    def __call__(
+        self,
+        arrival: float,
+        start: float,
+        reply: float | None,
+        op: str,
+        m: Message | None,
+        result: str,
+        peer: Address,
+        stale: int | None = None,
+    ) -> None: ...
+
+
 # (keys, values, mask, flags) of one packet: COLLECT keys are the expected keys, values the
 # slot offsets and mask the slots to refresh (or invalidate, with FLAG_INVALIDATE).
 _Item = tuple[list[int], list[int], int, int]
@@ -35,6 +52,8 @@ _OPS = {
     "invalidate": Op.COLLECT,
     "writeback": Op.WRITEBACK,
     "probe": Op.COLLECT,  # an empty COLLECT: the root's flush count (section 7)
+    # an empty COLLECT of t + 1: every copy of t is read, the switch may reuse them (section 8)
+    "release": Op.COLLECT,
     "chain": Op.WRITEBACK,  # FLAG_CHAIN: down the remote leaves (section 7)
 }
 
@@ -78,6 +97,7 @@ class SwitchChannel:
             "writeback": 0,
             "probe": None,
             "chain": None,
+            "release": None,
         }
         self._net: ReliableChannel[None] = ReliableChannel(
             send,
@@ -116,6 +136,10 @@ class SwitchChannel:
         """Whether a flush-count probe is unanswered."""
         return self._net.busy("probe")
 
+    def releasing(self) -> bool:
+        """Whether an empty COLLECT that releases read copies is unanswered."""
+        return self._net.busy("release")
+
     def chaining(self) -> bool:
         """Whether chained WRITEBACKs are queued or unanswered."""
         return self._net.busy("chain")
@@ -124,6 +148,12 @@ class SwitchChannel:
         """Ask the root how many partial PUSHes of `iteration` it absorbed (an empty COLLECT;
         its reply's `aux`)."""
         self._start("probe", iteration, [([], [], 0, 0)])
+
+    def start_release(self, iteration: int) -> None:
+        """Tell the switch every copy of iterations < `iteration` is read (an empty COLLECT
+        of `iteration`, docs/design.md section 8). A newer one supersedes it; while it is
+        lost, the switch refuses pushes that would reuse those copies, which is exact."""
+        self._start("release", iteration, [([], [], 0, 0)])
 
     def start_chain(
         self, iteration: int, keys: list[int], values: list[int], first: Address
@@ -183,10 +213,13 @@ class SwitchChannel:
         if self._net.spurious(m):
             return out
         r = self._net.lookup(m.seq)
-        if r is not None and r.kind == "probe":
+        if r is not None and r.kind in ("probe", "release"):
             if m.iteration != r.msg.iteration or m.count:
                 return out
             self._net.answered(r, m, ordered=True)
+            if r.kind == "release":
+                self._row(r.wall, r.wall, time.time(), "COLLECT", m, "released", r.dest)
+                return CollectReply("release_reply")
             self._row(r.wall, r.wall, time.time(), "COLLECT", m, "flush_count", r.dest)
             return CollectReply("probe_reply", flush_count=m.aux)
         if r is None or r.kind != kind or m.iteration != r.msg.iteration or not collecting:
@@ -264,6 +297,8 @@ class SwitchChannel:
                 if r.msg.mask >> i & 1:
                     self._refresh_lost(offset, key)
         self._row(r.wall, r.wall, None, Op(r.msg.op).name, None, "unanswered", r.dest)
+        if r.kind == "release":
+            return  # superseded by the next iteration's release, which says more
         if r.msg.op == Op.COLLECT and not self._warned_lost:
             self._warned_lost = True
             print(

@@ -66,6 +66,8 @@ control HotaggIngress(inout headers_t hdr,
     ServiceAddress() service;
     ChainNext() chain;
     FlushCount() flushes;
+    // Consistency modes (slot_store.p4, docs/design.md §8).
+    CollectedIter() collected;
 
     @hidden
     action count_and_drop(stat_t reason) {
@@ -307,6 +309,8 @@ control HotaggIngress(inout headers_t hdr,
                             meta.lookup_keys = meta.push_fresh;
                             if (meta.push_fresh) {
                                 sketch_config.apply(meta);  // cold-key sketch on or off
+                                collected.apply(false, meta.job.index,
+                                                hdr.hotagg.iteration, meta.collected);
                             }
                         }
                     }
@@ -319,6 +323,8 @@ control HotaggIngress(inout headers_t hdr,
                     stats.count(STAT_COLLECT);
                     switch_op = true;
                     meta.rewrite = true;
+                    collected.apply(true, meta.job.index, hdr.hotagg.iteration,
+                                    meta.collected);
                 } else if (hdr.hotagg.op == OP_WRITEBACK) {
                     stats.count(STAT_WRITEBACK);
                     switch_op = true;
@@ -338,6 +344,8 @@ control HotaggIngress(inout headers_t hdr,
                         switch_op = true;
                         meta.rewrite = true;
                         load_flush_batch();
+                        collected.apply(true, meta.job.index, hdr.hotagg.iteration,
+                                        meta.collected);
                     }
                 } else {
                     // Ops 2, 4, 5, 6, 8, 10 pass unchanged.

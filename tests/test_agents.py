@@ -26,7 +26,7 @@ from contract.freqfile import read_frequency
 from hosts.agent import INITIAL_RTO, AgentError, DeadlineExceeded, RttEstimator
 from hosts.ps import ParameterServer
 from hosts.ps import main as ps_main
-from hosts.ps_config import PSConfig
+from hosts.ps_config import PSConfig, SyncMode
 from hosts.stats import load_hot_keys, load_params, params_sha256, write_hot_keys
 from hosts.worker import Worker, WorkerConfig, WorkerResult
 from hosts.workloads import LogisticWorkload, TraceWorkload, ZipfWorkload, reference_run
@@ -64,6 +64,7 @@ def run_job(
     hot_keys=None,
     freq_every=0,
     freq_suffix=".csv",
+    sync="bsp",
 ):
     """PS shard threads + worker threads, optionally through a Relay; returns
     (combined params, PS summaries, worker results, PS objects). With `hot_keys` ({key:
@@ -88,6 +89,7 @@ def run_job(
             freq_every=freq_every,
             params_path=str(tmp_path / f"p{s}.npy"),
             hot_keys=hot_keys,
+            sync=SyncMode.parse(sync),
         )
         servers.append(ParameterServer(cfg))
     ps_addrs = [ps.address for ps in servers]

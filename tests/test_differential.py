@@ -31,6 +31,10 @@ the PS) come from admitted and non-admitted (port, source address) pairs (a work
 with its own address, another host's port, a spoofed address), and the admissions change
 mid-run (`WRITES`), including both tables' default turned to admit and back.
 
+Consistency modes (docs/design.md section 8): pushes of iterations t - 1 .. t + 2 and
+COLLECTs and FLUSHes of t - 1, t and others (empty ones too) move the per-job
+`collected_iter` back and forth, so pushes are refused as SLOT_BUSY as well as claimed.
+
 TTL: some frames of every kind (requests, replies, plain UDP, frames to the CPU) carry TTL 0,
 1 or 2, so both the check before processing (step 5c) and the one at routing (step 7) run.
 
@@ -1055,6 +1059,7 @@ def test_targets_agree_on_a_long_random_sequence(targets):
             "FLUSH",
             "FLUSH_ABSORBED",
             "CHAIN_FORWARD",
+            "SLOT_BUSY",
         ):
             assert stats[name][0] > 0, f"the sequence never caused {name}"
         assert len(targets[0].sketch_digests) > 10, "the sketch reported (almost) nothing"

@@ -1,4 +1,4 @@
-"""Several jobs on one switch (JOBS=J, docs/design.md section 8): the per-job options, where
+"""Several jobs on one switch (JOBS=J, docs/design.md section 9): the per-job options, where
 each job's agents run, how the slots are split, and real runs (Mininet, both targets) in
 which two jobs of different skew and worker counts share the switch and each ends exact in
 every split."""

@@ -426,7 +426,7 @@ def test_register_owners_are_instantiated_once():
                if "register<" in control(m[1])[0]}  # fmt: skip
     text = strip_comments((P4SRC / "hotagg.p4").read_text()) + control_sources()
     counts = Counter(re.findall(r"\b([A-Z]\w*)\([^)]*\)\s+\w+;", text))
-    assert owners_ == {"Dedup", "SlotStore", "Sketch", "FlushCount"}
+    assert owners_ == {"Dedup", "SlotStore", "Sketch", "FlushCount", "CollectedIter"}
     assert {c: counts[c] for c in owners_} == dict.fromkeys(owners_, 1)
 
 

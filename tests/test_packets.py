@@ -179,6 +179,41 @@ def test_iterations_alternate_copies_and_reset_lazily(sut):
     assert collect(sut, 1) == {}
 
 
+def test_a_push_never_overwrites_an_older_iteration_the_ps_has_not_read(sut):
+    """SSP/async (docs/design.md section 8): a push of t whose copy holds another iteration
+    while t - 2 is not read is refused (SLOT_BUSY) and goes to the PS; once a COLLECT of
+    t - 1 (here an empty one, as the PS sends after applying t - 2) says so, it claims it."""
+    sut.hot(JOB, {10: 0})
+    only(sut.ports.exchange(W1, push(W1, 1, [(10, 5)], iteration=1)), W1)
+    before = sut.stats()
+    got = only(sut.ports.exchange(W2, push(W2, 1, [(10, 4), (11, 1)], iteration=3)), PS)
+    assert [(e.key, e.value) for e in got.agg.entries] == [(10, 4), (11, 1)]
+    assert got.agg.mask == 0
+    assert sut.stats()[Stat.SLOT_BUSY] - before[Stat.SLOT_BUSY] == 1
+    assert collect(sut, 1) == {10: 5}  # iteration 1 is intact, and reading it releases 0 only
+    only(sut.ports.exchange(W2, push(W2, 2, [(10, 4)], iteration=3)), PS)
+    assert collect_reply(sut, 2, []).count == 0  # an empty COLLECT of 2: iteration 1 is read
+    assert only(sut.ports.exchange(W2, push(W2, 3, [(10, 4)], iteration=3)), W2).agg.mask == 1
+    assert collect(sut, 3) == {10: 4}
+    assert sut.stats()[Stat.SLOT_BUSY] - before[Stat.SLOT_BUSY] == 2
+
+
+def test_a_push_far_ahead_never_claims_even_an_untouched_copy(sut):
+    """An untouched copy (tag 0) is not claimed by a push more than 2 iterations past what the
+    PS read: a slower worker's older iteration of that parity would claim it back and
+    overwrite the sum. A push of its own iteration still adds, and a COLLECT of iteration 0
+    records nothing."""
+    sut.hot(JOB, {10: 0})
+    only(sut.ports.exchange(W1, push(W1, 1, [(10, 7)], iteration=2)), W1)
+    assert collect_reply(sut, 0, []).count == 0
+    before = sut.stats()
+    only(sut.ports.exchange(W1, push(W1, 2, [(10, 2)], iteration=5)), PS)  # copy 1 untouched
+    only(sut.ports.exchange(W1, push(W1, 3, [(10, 1)], iteration=4)), PS)  # copy 0 holds 2
+    assert sut.stats()[Stat.SLOT_BUSY] - before[Stat.SLOT_BUSY] == 2
+    only(sut.ports.exchange(W2, push(W2, 1, [(10, 3)], iteration=2)), W2)  # its own: adds
+    assert collect(sut, 2) == {10: 10} and collect(sut, 5) == {} and collect(sut, 4) == {}
+
+
 @pytest.mark.parametrize("start,add", [(INT32_MAX - 1, 2), (INT32_MIN + 1, -2)])
 def test_overflow_goes_to_the_ps_instead_of_wrapping(sut, start, add):
     sut.hot(JOB, {10: 0})

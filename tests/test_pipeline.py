@@ -313,8 +313,11 @@ def test_lazy_reset_uses_the_parity_copies(p):
     push(1, 10, 1)
     push(2, 20, 2)
     assert agg_at(p, 1, 0) == (1, 100, 10) and agg_at(p, 2, 0) == (2, 100, 20)
-    push(3, 30, 3)  # claims the iteration-1 copy, iteration 2 stays readable
-    push(3, 5, 4)
+    push(3, 1, 3)  # iteration 1 is not read yet: its copy is busy, the entry goes to the PS
+    assert agg_at(p, 1, 0) == (1, 100, 10) and stats(p)["SLOT_BUSY"] == 1
+    collect(p, [], 2)  # a COLLECT of 2: every copy of 1 was read (docs/design.md section 8)
+    push(3, 30, 4)  # claims the iteration-1 copy, iteration 2 stays readable
+    push(3, 5, 5)
     assert agg_at(p, 3, 0) == (3, 100, 35) and agg_at(p, 2, 0) == (2, 100, 20)
 
 

@@ -177,6 +177,9 @@ struct local_metadata_t {
     ipv4_addr_t  service_addr;  // 0: none set (every switch answers PS ops, none absorbs)
     bool         transit;       // a PS op addressed to another switch: routed on unchecked
     ipv4_addr_t  chain_next;    // chained WRITEBACK: the next leaf's service address, or 0
+    // slot_store.p4 CollectedIter (docs/design.md §8), read for a fresh PUSH: the newest
+    // iteration of the job whose slot copies the PS has read; older unread copies are busy.
+    iteration_t  collected;
     job_meta_t   job;
     entry_meta_t entry;
     sketch_meta_t sketch;

@@ -141,11 +141,18 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
             // unless the add overflows int32 (the PS then sums the entry in int64); and
             // leaves another key's copy alone (SLOT_CONFLICT). Every push (fresh or
             // duplicate) then sends the PS the entries its mask does not hold.
+            // A copy of another iteration is claimed only by a push of t <= collected + 2:
+            // every iteration that shared the copy before t is then read by the PS. A push
+            // further ahead leaves it alone, the entry goes to the PS (SLOT_BUSY, §8).
             if (meta.push_fresh && meta.entry.hit) {
                 if (slot_in_job(meta.job.slot_base, meta.job.slot_count, meta.entry.offset)) {
                     read_copy();
                     if (copy_iter != hdr.hotagg.iteration) {
-                        claim_copy();
+                        if (hdr.hotagg.iteration > meta.collected + 2) {
+                            stats.count(STAT_SLOT_BUSY);
+                        } else {
+                            claim_copy();
+                        }
                     } else if (copy_key != meta.entry.key) {
                         stats.count(STAT_SLOT_CONFLICT);
                     } else if (copy_value[31:31] == meta.entry.value[31:31] &&
@@ -230,6 +237,31 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
             } else {
                 stats.count(STAT_BAD_SLOT);
             }
+        }
+    }
+}
+
+// Per job: the newest iteration whose slot copies the PS has read whole (docs/design.md §8).
+// A COLLECT or FLUSH of iteration t records t - 1 (the PS sends one only once every
+// COLLECT of t - 1 was answered); a fresh PUSH reads it. Packet-level, not per entry: an
+// empty COLLECT records it too. No tables, so it may be applied at two places.
+control CollectedIter(in bool record,
+                      in job_index_t job_index,
+                      in iteration_t iteration,
+                      out iteration_t collected) {
+
+    @name(".HotaggIngress.collected_iter") @id(HOTAGG_ID_REGISTER_COLLECTED_ITER)
+    register<iteration_t>(MAX_JOBS) collected_iter;
+
+    apply {
+        reg_index_t cell = ((reg_index_t)job_index) & DEDUP_JOB_MASK;
+        if (record) {
+            collected = iteration - 1;
+            if (iteration != 0) {
+                collected_iter.write(cell, collected);
+            }
+        } else {
+            collected_iter.read(collected, cell);
         }
     }
 }

@@ -102,6 +102,9 @@ const stat_t STAT_TRANSIT = 26;
 const stat_t STAT_FLUSH = 27;           // FLUSH turned into a partial PUSH
 const stat_t STAT_FLUSH_ABSORBED = 28;  // fresh partial PUSH applied whole here: flush_count + 1
 const stat_t STAT_CHAIN_FORWARD = 29;   // chained WRITEBACK cached, then sent on to chain_next
+// Consistency modes (slot_store.p4, docs/design.md §8): a hot entry whose slot copy holds an
+// older iteration the PS has not read yet goes to the PS instead of overwriting it.
+const stat_t STAT_SLOT_BUSY = 30;
 
 /* ---- parser errors ---- */
 // count > MAX_ENTRIES: the parser rejects before walking past the header stack. v1model

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from contract.constants import ENTRY_LEN, FLAG_INVALIDATE, NUM_SLOTS, Op, Stat
-from softswitch.pipeline.leaves import flush_count
+from softswitch.pipeline.leaves import flush_count, record_collected
 from softswitch.pipeline.parser import (
     ENTRIES,
     ENTRY,
@@ -42,11 +42,13 @@ def collect(p: Pipeline, frame: bytes, nbytes: int, count: int, job: tuple, it: 
     reports the same). With FLAG_INVALIDATE, a set bit instead untags a cache entry that holds
     the expected key. An offset outside the job's range is left as it is and counts no
     BAD_SLOT: that stat is for hot-key table offsets only. The reply's aux is the job's
-    count of partial PUSHes absorbed whole in iteration `it` (mod 2^16, section 7).
+    count of partial PUSHes absorbed whole in iteration `it` (mod 2^16, section 7). The job's
+    collected_iter becomes it - 1: the PS has read every older copy (section 8).
     """
     sp, sb = p.stats_packets, p.stats_bytes
     sp[COLLECT] += 1
     sb[COLLECT] += nbytes
+    record_collected(p, job[0], it)
     _, slot_base, slot_count = job
     vals = ENTRY_LISTS[count].unpack_from(frame, ENTRIES)
     ask = frame[HA_MASK]

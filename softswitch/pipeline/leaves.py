@@ -70,6 +70,13 @@ def absorb(p: Pipeline, job_index: int, it: int) -> None:
     p.flush_iter[cell] = it
 
 
+def record_collected(p: Pipeline, job_index: int, it: int) -> None:
+    """A COLLECT or FLUSH of iteration `it`: the PS has read every copy of iterations < it
+    (docs/design.md section 8); iteration 0 records nothing."""
+    if it:
+        p.collected_iter[job_index & JOB_MASK] = it - 1
+
+
 def flush(p: Pipeline, frame: bytes, nbytes: int, job: tuple, it: int) -> bytearray:
     """The FLUSH of docs/design.md section 7 at its addressee: the slot copies of iteration
     `it` among offsets 8 * aux .. 8 * aux + 7 of the job become the entries, in offset
@@ -78,6 +85,7 @@ def flush(p: Pipeline, frame: bytes, nbytes: int, job: tuple, it: int) -> bytear
     after the entries, as a P4 payload would."""
     p.stats_packets[FLUSH] += 1
     p.stats_bytes[FLUSH] += nbytes
+    record_collected(p, job[0], it)
     _, slot_base, slot_count = job
     first = U16.unpack_from(frame, HA_AUX)[0] << FLUSH_BATCH_BITS
     base = (it & 1) * NUM_SLOTS + slot_base

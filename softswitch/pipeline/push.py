@@ -26,7 +26,7 @@ from softswitch.pipeline.forwarding import (
     route,
 )
 from softswitch.pipeline.hot_key_lookup import BAD_SLOT, SET_SLOT
-from softswitch.pipeline.leaves import absorb
+from softswitch.pipeline.leaves import JOB_MASK, absorb
 from softswitch.pipeline.parser import (
     ENTRIES,
     ENTRY_LISTS,
@@ -52,6 +52,7 @@ HOT_APPLIED = Stat.HOT_APPLIED.value
 COLD_FORWARDED = Stat.COLD_FORWARDED.value
 OVERFLOW = Stat.OVERFLOW.value
 SLOT_CONFLICT = Stat.SLOT_CONFLICT.value
+SLOT_BUSY = Stat.SLOT_BUSY.value
 PUSH_SWITCH_ACK = Stat.PUSH_SWITCH_ACK.value
 FLUSH_ABSORBED = Stat.FLUSH_ABSORBED.value
 PUSH_ACK = Op.PUSH_ACK.value
@@ -78,14 +79,17 @@ def aggregate(
     Entry i is looked up in instance i as hot_key_lookup.lookup_slots does, inlined here so
     the eight entries cost one pass: a hit counts on the instance's direct counter, an
     offset outside the job's range (or past NUM_SLOTS) counts BAD_SLOT and is a miss, and a
-    default action set to set_slot gives a missing key that offset.
+    default action set to set_slot gives a missing key that offset. A copy of another
+    iteration is claimed only by a push of `it` <= the job's collected_iter + 2 (mod 2^32, as
+    bit<32>); further ahead it is busy: SLOT_BUSY, not applied (docs/design.md section 8).
     """
     vals = ENTRY_LISTS[count].unpack_from(frame, ENTRIES)
-    _, slot_base, slot_count = job
+    job_index, slot_base, slot_count = job
+    ahead = it > (p.collected_iter[job_index & JOB_MASK] + 2) & 0xFFFFFFFF
     limit = min(slot_count, NUM_SLOTS - slot_base)  # both range checks in one compare
     a_iter, a_key, a_val = p.agg_iter, p.agg_key, p.agg_value
     base = (it & 1) * NUM_SLOTS + slot_base
-    mask = overflow = conflict = bad = 0
+    mask = overflow = conflict = bad = busy = 0
     for t, set_slot, key, value, bit in zip(p.t_hot, SET_SLOT, vals[::2], vals[1::2], BITS):
         rec = t._entries.get((job_id, key))
         if rec is None:
@@ -102,7 +106,9 @@ def aggregate(
             bad += 1
             continue
         a += base
-        if a_iter[a] != it:  # lazy reset: the first contribution of an iteration claims it
+        if a_iter[a] != it and ahead:
+            busy += 1  # the copy may hold an iteration the PS has not read: not overwritten
+        elif a_iter[a] != it:  # lazy reset: the first contribution of an iteration claims it
             a_iter[a] = it
             a_key[a] = key
             a_val[a] = value
@@ -129,6 +135,9 @@ def aggregate(
     if conflict:
         p.stats_packets[SLOT_CONFLICT] += conflict
         p.stats_bytes[SLOT_CONFLICT] += conflict * nbytes
+    if busy:
+        p.stats_packets[SLOT_BUSY] += busy
+        p.stats_bytes[SLOT_BUSY] += busy * nbytes
     return mask
 
 
