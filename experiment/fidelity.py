@@ -365,13 +365,44 @@ def _busier_direction(row: dict[str, Any]) -> str:
     )
 
 
+def with_compute(v: dict[str, Any], duty: float) -> dict[str, Any]:
+    """A phase's verdict when its workers compute (COMPUTE=): the links idle while the
+    workers sleep, so the PS link's utilisation is read against `duty`, the share of the
+    phase the model has it busy (its time per iteration over the iteration's, with compute),
+    and over the whole phase (the mean: a window may fall in a compute pause). Rules 1 and 4
+    of the module doc apply to that reading, in their order; a cpu or switch verdict stands."""
+    if not 0 < duty < 1 or v["bottleneck"] not in ("none", "ps_link"):
+        return v
+    ps = [r["utilization_mean"] for r in v["links"] if r["to_ps"] and "utilization_mean" in r]
+    if not ps:
+        return v
+    busy = max(ps) / duty
+    why = (
+        f"the PS link ran at {max(ps):.0%} of its rate over the phase, {busy:.0%} of the "
+        f"{duty:.0%} the model has it busy between the workers' compute"
+    )
+    cpu = v.get("machine_cpu_busy_p90", 0.0)
+    if busy >= LINK_SATURATED or (cpu < CPU_BUSY and busy >= PS_LINK_BUSY):
+        bottleneck = "ps_link"
+    elif cpu >= CPU_BUSY:  # rule 1 no longer holds, and rule 2 comes before rule 4
+        bottleneck, why = "cpu", f"the cores were {cpu:.0%} busy (p90 of windows); {why}"
+    else:
+        bottleneck = "none"
+    return {**v, "bottleneck": bottleneck, "faithful": bottleneck == "ps_link", "why": why}
+
+
 def summarize(
-    phases: Mapping[str, dict[str, Any]], model_bottlenecks: Mapping[str, str] | None = None
+    phases: Mapping[str, dict[str, Any]],
+    model_bottlenecks: Mapping[str, str] | None = None,
+    duty: Mapping[str, float] | None = None,
 ) -> Fidelity:
     """The run's fidelity block: faithful when every measured phase was (is_faithful, with
     the model's bottleneck link of the phase's mode, `model_bottlenecks`: phase -> directed
-    link); the bottleneck of each phase; the details as measured, with that judgement."""
+    link); the bottleneck of each phase; the details as measured, with that judgement.
+    `duty`: with compute, the share of each phase the model has the PS link busy
+    (with_compute)."""
     expected = dict(model_bottlenecks or {})
+    phases = {name: with_compute(v, (duty or {}).get(name, 1.0)) for name, v in phases.items()}
     details = {
         name: {
             **v,

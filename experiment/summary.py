@@ -186,6 +186,17 @@ def mode_summary(
     return summary
 
 
+def link_duty(model: ModelBound | None) -> dict[str, float]:
+    """With compute, the share of each mode's iteration the model has the PS link busy:
+    its PS-link time over the iteration model's mean (fidelity.with_compute)."""
+    iteration = model.get("iteration") if model else None
+    if not model or not iteration:
+        return {}
+    busy = {"server": model["server_ms"], "offload": model["offload_ms"]}
+    modelled = {"server": iteration["server"], "offload": iteration["offload"]}
+    return {m: busy[m] / modelled[m]["mean_ms"] for m in MODES if modelled[m]["mean_ms"]}
+
+
 def compute_summary(config: Mapping[str, Any], phases: dict[str, PhaseResult]) -> ComputeSummary:
     """COMPUTE=, STRAGGLERS= and the time scale, and each measured phase's compute as its
     workers slept it (their summaries' `compute.ms`)."""
@@ -306,6 +317,7 @@ def build_summary(
         "fidelity": fidelity.summarize(
             {m: phases[m].fidelity for m in MODES if phases[m].fidelity},
             {m: load["bottleneck"] for m, load in loads.items()},
+            link_duty(model),
         ),
     }
     if config.get("compute"):
