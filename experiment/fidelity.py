@@ -369,9 +369,10 @@ def with_compute(v: dict[str, Any], duty: float) -> dict[str, Any]:
     """A phase's verdict when its workers compute (COMPUTE=): the links idle while the
     workers sleep, so the PS link's utilisation is read against `duty`, the share of the
     phase the model has it busy (its time per iteration over the iteration's, with compute),
-    and over the whole phase (the mean: a window may fall in a compute pause). Rules 1 and 4
-    of the module doc apply to that reading, in their order; a cpu or switch verdict stands."""
-    if not 0 < duty < 1 or v["bottleneck"] not in ("none", "ps_link"):
+    and over the whole phase (the mean: a window may fall in a compute pause). The module
+    doc's rules then apply to that reading in their order: rule 1 before the machine's,
+    rule 4 after them. A saturated link other than a PS's stands as measured."""
+    if not 0 < duty < 1 or v["bottleneck"].startswith(LINK_REGIME):
         return v
     ps = [r["utilization_mean"] for r in v["links"] if r["to_ps"] and "utilization_mean" in r]
     if not ps:
@@ -382,10 +383,14 @@ def with_compute(v: dict[str, Any], duty: float) -> dict[str, Any]:
         f"{duty:.0%} the model has it busy between the workers' compute"
     )
     cpu = v.get("machine_cpu_busy_p90", 0.0)
-    if busy >= LINK_SATURATED or (cpu < CPU_BUSY and busy >= PS_LINK_BUSY):
+    if busy >= LINK_SATURATED:  # rule 1
         bottleneck = "ps_link"
-    elif cpu >= CPU_BUSY:  # rule 1 no longer holds, and rule 2 comes before rule 4
+    elif v["bottleneck"] in ("cpu", "switch"):  # rules 2 and 3 stand
+        return v
+    elif cpu >= CPU_BUSY:  # a rule-1 verdict of the busiest windows: rule 2 comes first
         bottleneck, why = "cpu", f"the cores were {cpu:.0%} busy (p90 of windows); {why}"
+    elif busy >= PS_LINK_BUSY:  # rule 4
+        bottleneck = "ps_link"
     else:
         bottleneck = "none"
     return {**v, "bottleneck": bottleneck, "faithful": bottleneck == "ps_link", "why": why}
