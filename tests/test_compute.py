@@ -319,6 +319,7 @@ def verdict(bottleneck: str, ps_mean: float, cores: float) -> dict:
         ("ps_link", 0.52, 0.55, 0.5, "ps_link"),
         ("none", 0.20, 0.45, 0.5, "none"),  # 44%: the run waited on something else
         ("ps_link", 0.24, 0.60, 0.5, "none"),  # rule 4's 50% of the windows, 40% of the duty
+        ("ps_link", 0.37, 0.45, 0.5, "none"),  # 82%: 22% slower than the model's pace
         ("cpu", 0.30, 0.45, 0.95, "cpu"),  # 67%: the machine's verdict stands
         ("cpu", 0.40, 0.45, 0.95, "ps_link"),  # 89%: rule 1 comes before the machine's
         ("link:s1-s2", 0.40, 0.45, 0.5, "link:s1-s2"),  # another saturated link stands
