@@ -38,6 +38,13 @@ AGGREGATE ?= ps-leaf
 # HOT_SLOTS, savings (the most PS-link bytes saved, measured beside equal halves) or equal.
 JOBS ?= 1
 SPLIT ?= savings
+# Each worker's compute per iteration in the measured phases, slept between its pull and its
+# push: 20ms, normal:20ms,5ms, lognormal:20ms,0.5, or real:2us with REAL_BW (empty: none);
+# STRAGGLERS=1:3 (worker 0 three times slower) and/or p=0.1:3 (a slow iteration with
+# probability 0.1); REAL_BW=10G: the real link rate the links stand for (the time scale).
+COMPUTE ?=
+STRAGGLERS ?=
+REAL_BW ?=
 # Link rate: `auto` calibrates after the warm-up, so that the PS's link sets the pace (the regime
 # hotagg emulates) on whatever machine this is; a number sets every link's Mbit/s; `BW=` (empty)
 # keeps the topology's own rates.
@@ -100,6 +107,8 @@ help:
 	@echo "  AGGREGATE=$(AGGREGATE) (or leaves: every leaf of a leaf-spine aggregates)"
 	@echo "  JOBS=$(JOBS) (jobs sharing the switch; then SKEW=1.1,1.3: a value per job)  SPLIT=$(SPLIT) (or equal)"
 	@echo "  DRIFT=$(DRIFT) (every=K,fraction=F[,head=H]; empty: none)"
+	@echo "  COMPUTE=$(COMPUTE) (20ms, normal:20ms,5ms, lognormal:20ms,0.5, real:2us; empty: none)"
+	@echo "    STRAGGLERS=$(STRAGGLERS) (1:3, p=0.1:3)  REAL_BW=$(REAL_BW) (10G: the real rate the links stand for)"
 	@echo "  GRPC_PORT=$(GRPC_PORT) (empty: free ports)  PREFIX=$(PREFIX) (empty: an unused interface prefix)"
 	@echo "  SWITCH_RESTARTS=$(SWITCH_RESTARTS) (restarts of a dead switch)  KEEP=$(KEEP) (1: keep the network up)"
 	@echo "make sweep: the grid's lists WORKERS=4,8,16 SKEW=1.1,1.3 HOT_SLOTS=256 LOSS=0 BW=2 SEEDS=1,2"
@@ -107,6 +116,7 @@ help:
 	@echo "  host, no WORKERS), AGGREGATE=ps-leaf,leaves (leaves: with LEAVES only), JOBS=1,2 (J jobs"
 	@echo "  of WORKERS each, a row per job); for every run"
 	@echo "  ITERATIONS=30, TARGET, KEYS, WORKLOAD, TRACE, WORKLOAD_ARGS, HOTSET, HOTSET_SOURCE, DRIFT, SPLIT,"
+	@echo "  COMPUTE, STRAGGLERS, REAL_BW,"
 	@echo "  SWITCH_RESTARTS, GRPC_PORT, PREFIX, BMV2_BINARY; it refuses SEED (use SEEDS), TOPO, PS"
 	@echo "  and KEEP (make run's)"
 	@echo "Other variables: RUN=<id> (make stop)  PYTEST_ARGS=$(PYTEST_ARGS) (make test)  VENV=$(VENV)"
@@ -163,6 +173,8 @@ run: $(STAMP)
 	    --hotset '$(HOTSET)' --hotset-source '$(HOTSET_SOURCE)' $(if $(DRIFT),--drift '$(DRIFT)') \
 	    --aggregate '$(AGGREGATE)' $(if $(BW),--bw '$(BW)') $(if $(PS),--ps '$(PS)') \
 	    --jobs '$(JOBS)' --split '$(SPLIT)' \
+	    $(if $(COMPUTE),--compute '$(COMPUTE)') $(if $(STRAGGLERS),--stragglers '$(STRAGGLERS)') \
+	    $(if $(REAL_BW),--real-bw '$(REAL_BW)') \
 	    $(if $(TRACE),--workload trace --trace '$(TRACE)') \
 	    $(if $(WORKLOAD_ARGS),--workload-args='$(WORKLOAD_ARGS)') \
 	    $(if $(GRPC_PORT),--grpc-base-port '$(GRPC_PORT)') $(if $(PREFIX),--intf-prefix '$(PREFIX)') \
@@ -219,6 +231,9 @@ sweep: $(STAMP)
 	    $(if $(call given,HOTSET),--hotset '$(HOTSET)') \
 	    $(if $(call given,HOTSET_SOURCE),--hotset-source '$(HOTSET_SOURCE)') \
 	    $(if $(call given,DRIFT),--drift '$(DRIFT)') \
+	    $(if $(call given,COMPUTE),--compute '$(COMPUTE)') \
+	    $(if $(call given,STRAGGLERS),--stragglers '$(STRAGGLERS)') \
+	    $(if $(call given,REAL_BW),--real-bw '$(REAL_BW)') \
 	    $(if $(call given,SWITCH_RESTARTS),--switch-restarts '$(SWITCH_RESTARTS)') \
 	    $(if $(call given,GRPC_PORT),--grpc-base-port '$(GRPC_PORT)') \
 	    $(if $(call given,PREFIX),--intf-prefix '$(PREFIX)'); \

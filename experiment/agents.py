@@ -12,6 +12,7 @@ from pathlib import Path
 
 from contract.constants import HOTAGG_PORT
 from experiment.config import RunConfig, freq_name
+from hosts.compute import ComputeSpec
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,9 @@ class PhasePlan:
     hot_keys: Path | None  # the initial hot keys and their slots (hot_keys.csv), if any
     initial_rto: float | None  # the workers' first timeout (None: hosts.agent's)
     deadline: int  # seconds an agent waits for the phase before it gives up
+    # The workers compute as COMPUTE= says (the measured phases; the warm-up and BW=auto's
+    # calibration measure the network alone).
+    compute: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,16 @@ def workload_args(cfg: RunConfig, plan: PhasePlan) -> list[str]:
         *cfg.extra_workload_args,
         *(["--drift", cfg.drift] if plan.drift and cfg.drift else []),
     ]  # fmt: skip
+
+
+def compute_args(cfg: RunConfig, plan: PhasePlan) -> list[str]:
+    """The workers' compute options (hosts/compute.py) in the run's emulated time: a real-time
+    COMPUTE= multiplied by the run's time scale. Seeded by --seed, as the workload is."""
+    spec = ComputeSpec.parse(cfg.compute or "")
+    if not plan.compute or spec is None:
+        return []
+    args = ["--compute", str(spec.scaled(cfg.time_scale))]
+    return args + (["--stragglers", cfg.stragglers] if cfg.stragglers else [])
 
 
 def hot_key_args(plan: PhasePlan) -> list[str]:
@@ -116,6 +130,6 @@ def worker_argv(
         "--iterations", str(plan.iterations), "--bind", f"{ip}:0",
         "--log", str(files.log), "--summary", str(files.summary),
         "--deadline", str(plan.deadline), "--progress", "--wait-go",
-        *rto, *hot_key_args(plan), *workload_args(cfg, plan),
+        *rto, *hot_key_args(plan), *compute_args(cfg, plan), *workload_args(cfg, plan),
     ]  # fmt: skip
     return python_module("hosts.worker", args)

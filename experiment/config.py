@@ -110,6 +110,14 @@ class RunConfig:
     per_job: dict[str, list[Any]] = field(default_factory=dict)
     split: Split = Split.SAVINGS
     job_id: int = JOB_ID  # the job this configuration describes (job_configs)
+    # Emulated compute of the measured phases (hosts/compute.py): COMPUTE= and STRAGGLERS= in
+    # their normal form (None: none), and REAL_BW= (Mbit/s), the real link rate the emulated
+    # links stand for. `time_scale`: emulated seconds per real second, REAL_BW over the PS
+    # link's rate, set once the links' rate is known (after BW=auto's calibration).
+    compute: str | None = None
+    stragglers: str | None = None
+    real_bw: float | None = None
+    time_scale: float | None = None
 
     def __post_init__(self) -> None:
         if not self.hotset_every:  # an unknown source is refused where it is checked

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from experiment.config import HotSetSource, RunConfig
+from hosts.compute import ComputeSpec
 from hosts.workloads import WORKLOADS, Workload
 from topologies.targets import TARGETS
 from topologies.topology import Topology
@@ -122,10 +123,41 @@ def config_parts(summary: Mapping[str, Any]) -> list[ConfigPart]:
                 f"{config['hotset']} hot set",
             )
         )
+    parts += compute_parts(config)
     if config.get("drift"):
         parts.append(ConfigPart("drift", f"drift {config['drift']}", ""))
     if config.get("loss"):
         parts.append(ConfigPart("loss", f"loss {config['loss']:g}", ""))
+    return parts
+
+
+def rate_text(mbps: float) -> str:
+    """A link rate in the unit that reads best: 10 Gbit/s, 100 Mbit/s."""
+    for unit, size in (("Tbit/s", 1e6), ("Gbit/s", 1e3)):
+        if mbps >= size:
+            return f"{mbps / size:g} {unit}"
+    return f"{mbps:g} Mbit/s"
+
+
+def compute_parts(config: Mapping[str, Any]) -> list[ConfigPart]:
+    """COMPUTE= (and what a real-time one is in the run's time), STRAGGLERS= and the time
+    scale REAL_BW= gives, where set."""
+    parts = []
+    if spec := ComputeSpec.parse(config.get("compute") or ""):
+        scale = config.get("time_scale")
+        emulated = f" = {spec.scaled(scale)} emulated" if spec.real and scale else ""
+        parts.append(ConfigPart("compute", f"compute {spec}{emulated}", f"compute {spec}"))
+    if config.get("stragglers"):
+        parts.append(ConfigPart("stragglers", f"stragglers {config['stragglers']}", ""))
+    if scale := config.get("time_scale"):
+        real = rate_text(float(config["real_bw"]))
+        parts.append(
+            ConfigPart(
+                "time_scale",
+                f"time scale 1:{scale:.4g} (the links stand for {real})",
+                f"time 1:{scale:.4g}",
+            )
+        )
     return parts
 
 
@@ -139,7 +171,7 @@ def join_config(parts: list[ConfigPart], short: bool = False) -> str:
 def config_line(summary: Mapping[str, Any]) -> str:
     """The one line that says what ran: target (and its build), topology, workers,
     iterations, workload, the link rate and how it was chosen, the seed, then HOT_SLOTS,
-    HOTSET, DRIFT and LOSS where not at their defaults."""
+    HOTSET, COMPUTE, STRAGGLERS, the time scale, DRIFT and LOSS where set."""
     return join_config(config_parts(summary))
 
 

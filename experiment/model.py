@@ -39,16 +39,17 @@ import ipaddress
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from contract.constants import ENTRY_LEN, HEADER_LEN, MAX_ENTRIES, UDP_HEADER_LEN
 from controller.forwarding import compute_routes
 from controller.hotset import choose
-from experiment.config import WARMUP_STREAM_OFFSET
-from experiment.schema import ModelBound, ModeLoad, directed_link
+from experiment.config import WARMUP_STREAM_OFFSET, RunConfig
+from experiment.schema import IterationBound, ModelBound, ModeLoad, directed_link
 from hosts import workloads
+from hosts.compute import ComputePlan, ComputeSpec, Stragglers
 from hosts.workloads import Workload
 from topologies.generate import star
 from topologies.topology import Topology, parse_topology
@@ -227,6 +228,10 @@ class Prediction:
     hot_keys: int
     hot_coverage: float
     aggregate: str = DEFAULT_AGGREGATE
+    # each mode's bytes per iteration by exchange, and every directed link's rate (Mbit/s):
+    # what iteration_times needs beyond the bound
+    phased: dict[str, PhaseBytes] = field(default_factory=dict, repr=False, compare=False)
+    rates: dict[str, float] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def server_ms(self) -> float:
@@ -246,9 +251,10 @@ class Prediction:
         off = self.offload.bound_ms
         return self.server.bound_ms / off if off else float("inf")
 
-    def as_dict(self) -> ModelBound:
-        """summary.json's `model` block."""
-        return {
+    def as_dict(self, compute: np.ndarray | None = None) -> ModelBound:
+        """summary.json's `model` block; with `compute` (ms, [worker, iteration]: the run's
+        draws, compute_table) also the iteration model's (`iteration`)."""
+        bound: ModelBound = {
             "aggregate": self.aggregate,
             "server": self.server.as_dict(),
             "offload": self.offload.as_dict(),
@@ -260,6 +266,9 @@ class Prediction:
             "speedup": round(self.speedup, 3),
             "bound_speedup": round(self.bound_speedup, 3),
         }
+        if compute is not None:
+            bound["iteration"] = predict_iterations(self, compute).as_dict()
+        return bound
 
 
 def warmup_hot_set(
@@ -288,8 +297,50 @@ def _requests(keys: int) -> tuple[int, int]:
     """(bytes toward the answerer, bytes back) of one iteration's `keys` of one shard:
     PULL + PUSH out (DONE is counted apart), PULL_REPLY as large as the PULL and a
     header-only PUSH_ACK per PUSH packet back."""
+    (pull_out, pull_back), (push_out, push_back) = _pull_push(keys)
+    return pull_out + push_out, pull_back + push_back
+
+
+def _pull_push(keys: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """_requests' bytes split by exchange: ((PULL, PULL_REPLY), (PUSH, PUSH_ACKs))."""
     packets, wire = packet_bytes(keys)
-    return 2 * wire, wire + packets * PACKET_OVERHEAD
+    return (wire, wire), (wire, packets * PACKET_OVERHEAD)
+
+
+class PhaseBytes:
+    """One mode's bytes per directed link in each iteration, split by where they fall in it
+    (the compute model, iteration_times): each worker's pull exchange, each worker's push
+    exchange, and the barrier (DONEs and the design's control traffic, after the pushes)."""
+
+    def __init__(self, paths: Paths, workers: int, iterations: int) -> None:
+        self._paths = paths
+        self._links: dict[tuple[str, str], list[str]] = {}
+        self.pull = [[Counter[str]() for _ in range(workers)] for _ in range(iterations)]
+        self.push = [[Counter[str]() for _ in range(workers)] for _ in range(iterations)]
+        self.barrier = [Counter[str]() for _ in range(iterations)]
+
+    def add(self, into: Counter[str], src: str, dst: str, wire: int) -> None:
+        """`wire` bytes from `src` to `dst` on every directed link of their route."""
+        if not wire:
+            return
+        if (src, dst) not in self._links:
+            nodes = self._paths.between(src, dst)
+            self._links[src, dst] = [directed_link(a, b) for a, b in zip(nodes, nodes[1:])]
+        for link in self._links[src, dst]:
+            into[link] += wire
+
+
+def link_rates(topology: Topology) -> dict[str, float]:
+    """Every directed link's rate in Mbit/s; ValueError where a link has none."""
+    rate: dict[str, float] = {}
+    for link in topology.links:
+        if link.bandwidth is None:
+            raise ValueError(
+                f"link {link.node1}-{link.node2} has no rate: the bound needs every link's"
+            )
+        for a, b in ((link.node1, link.node2), (link.node2, link.node1)):
+            rate[directed_link(a, b)] = link.bandwidth
+    return rate
 
 
 def _link_load(
@@ -301,17 +352,8 @@ def _link_load(
         nodes = paths.between(src, dst)
         for a, b in zip(nodes, nodes[1:]):
             totals[directed_link(a, b)] += wire
-    links: dict[str, float] = {}
-    rate: dict[str, float] = {}
-    for link in topology.links:
-        if link.bandwidth is None:
-            raise ValueError(
-                f"link {link.node1}-{link.node2} has no rate: the bound needs every link's"
-            )
-        for a, b in ((link.node1, link.node2), (link.node2, link.node1)):
-            name = directed_link(a, b)
-            links[name] = round(totals[name] / iterations, 1)
-            rate[name] = link.bandwidth
+    rate = link_rates(topology)
+    links = {name: round(totals[name] / iterations, 1) for name in rate}
     bottleneck = max(links, key=lambda name: link_ms(links[name], rate[name]))
     ps_links = [
         (directed_link(s, ps.name), directed_link(ps.name, s))
@@ -364,11 +406,12 @@ def predict(
     design = DESIGNS[aggregate](topology, {ps: mine[ps] for ps in servers})
     paths = Paths(topology)
     flows = {"server": Counter[tuple[str, str]](), "offload": Counter[tuple[str, str]]()}
+    phased = {mode: PhaseBytes(paths, workers, iterations) for mode in flows}
     rack_hot: dict[tuple[str, int], set[int]] = {}  # (leaf, iteration) -> hot keys pushed
     for w, host in enumerate(hosts):
         routes = [paths.between(host, ps) for ps in servers]
         stops = [path[design.stop(path)] for path in routes]  # where its hot packets stop
-        for t in range(1 + stream_offset, iterations + 1 + stream_offset):
+        for i, t in enumerate(range(1 + stream_offset, iterations + 1 + stream_offset)):
             keys = np.asarray(workload.pull_keys(w, t), dtype=np.uint64)
             shard_of = keys % np.uint64(n)
             is_hot = np.fromiter((k in hot for k in keys.tolist()), bool, len(keys))
@@ -377,24 +420,192 @@ def predict(
                 n_hot = int((in_shard & is_hot).sum())
                 n_cold = int(in_shard.sum()) - n_hot
                 # DONE and its DONE_ACK once per shard and iteration, in both modes.
-                for mode, at_ps in (("server", n_cold + n_hot), ("offload", n_cold)):
-                    out, back = _requests(at_ps)
-                    flows[mode][host, ps] += out + PACKET_OVERHEAD
-                    flows[mode][ps, host] += back + PACKET_OVERHEAD
-                out, back = _requests(n_hot)
-                flows["offload"][host, stops[s]] += out
-                flows["offload"][stops[s], host] += back
+                # the keys each mode sends to the PS, and offload's hot ones to where they stop
+                exchanges = (
+                    ("server", ps, n_cold + n_hot),
+                    ("offload", ps, n_cold),
+                    ("offload", stops[s], n_hot),
+                )
+                for mode, dst, k in exchanges:
+                    (pull_out, pull_back), (push_out, push_back) = _pull_push(k)
+                    flows[mode][host, dst] += pull_out + push_out
+                    flows[mode][dst, host] += pull_back + push_back
+                    bytes_of = phased[mode]
+                    bytes_of.add(bytes_of.pull[i][w], host, dst, pull_out)
+                    bytes_of.add(bytes_of.pull[i][w], dst, host, pull_back)
+                    bytes_of.add(bytes_of.push[i][w], host, dst, push_out)
+                    bytes_of.add(bytes_of.push[i][w], dst, host, push_back)
+                for mode in flows:
+                    flows[mode][host, ps] += PACKET_OVERHEAD
+                    flows[mode][ps, host] += PACKET_OVERHEAD
+                    phased[mode].add(phased[mode].barrier[i], host, ps, PACKET_OVERHEAD)
+                    phased[mode].add(phased[mode].barrier[i], ps, host, PACKET_OVERHEAD)
                 if stops[s] in design.upward:
                     hot_keys = keys[in_shard & is_hot].tolist()
-                    rack_hot.setdefault((stops[s], t), set()).update(hot_keys)
+                    rack_hot.setdefault((stops[s], i), set()).update(hot_keys)
+    offload = phased["offload"]
     for transfer in design.control:
         flows["offload"][transfer.src, transfer.dst] += transfer.wire_bytes * iterations
+        for barrier in offload.barrier:
+            offload.add(barrier, transfer.src, transfer.dst, transfer.wire_bytes)
     for leaf, root in design.upward.items():  # partial PUSHes, one per FLUSH
         partials = design.partial_pushes * PACKET_OVERHEAD * iterations
         touched = sum(len(keys) for (at, _), keys in rack_hot.items() if at == leaf)
         flows["offload"][leaf, root] += partials + touched * ENTRY_LEN
-    server, offload = (_link_load(flows[m], topology, paths, iterations) for m in flows)
-    return Prediction(server, offload, server.ps_mbps, len(hot), round(hot_coverage, 4), aggregate)
+        for i, barrier in enumerate(offload.barrier):
+            rack = len(rack_hot.get((leaf, i), ()))
+            offload.add(barrier, leaf, root, design.partial_pushes * PACKET_OVERHEAD)
+            offload.add(barrier, leaf, root, rack * ENTRY_LEN)
+    server_load, offload_load = (_link_load(flows[m], topology, paths, iterations) for m in flows)
+    return Prediction(
+        server_load,
+        offload_load,
+        server_load.ps_mbps,
+        len(hot),
+        round(hot_coverage, 4),
+        aggregate,
+        phased,
+        link_rates(topology),
+    )
+
+
+# The links' shaper (topologies/topo.py: htb with ceil = rate) lets a link that was idle send
+# this many bytes at once: htb's default cburst (`tc -d class show` reads "cburst 1600b" at
+# every rate), which bounds its 15k `burst`. A backlogged link never has it, so the bound
+# ignores it; with compute the links idle and each burst saves ~6 ms at 2 Mbit/s.
+SHAPER_BURST_BYTES = 1600
+
+
+class _Shaper:
+    """A directed link as its token-bucket shaper serves it: queued bytes go at its rate,
+    and once it has idled, up to SHAPER_BURST_BYTES of them at once (times in ms)."""
+
+    def __init__(self, mbps: float) -> None:
+        self.bytes_per_ms = mbps * 1e3 / 8
+        self.free_at = 0.0  # when what is queued has gone
+        self.tokens = float(SHAPER_BURST_BYTES)
+
+    def serve(self, at: float, wire: float) -> float:
+        """Queue `wire` bytes at time `at`; when the last of them has gone."""
+        if at >= self.free_at:  # idle since free_at: the bucket refilled meanwhile
+            idle = at - self.free_at
+            self.tokens = min(SHAPER_BURST_BYTES, self.tokens + idle * self.bytes_per_ms)
+            self.free_at = at
+        at_once = min(wire, self.tokens)
+        self.tokens -= at_once
+        self.free_at += (wire - at_once) / self.bytes_per_ms
+        return self.free_at
+
+
+def _shares(work: Sequence[float]) -> list[float]:
+    """When each of jobs that start together on a link shared equally between the jobs still
+    running ends, as a share of when the last does: job w after the sum over every job j of
+    min(work[j], work[w])."""
+    total = sum(work)
+    return [sum(min(other, mine) for other in work) / total for mine in work]
+
+
+def iteration_ms(phased: PhaseBytes, rates: Mapping[str, float], compute: np.ndarray) -> np.ndarray:
+    """Each iteration's time (ms) with compute (`compute[w, i]`: worker w's in iteration i,
+    ms), the iterations one after another: every worker pulls, computes, pushes, and the
+    barrier follows.
+
+    Every link is its shaper (_Shaper: its rate, and a small burst after it idled). The
+    pulls start together and share each link equally, so a worker with fewer bytes on its
+    busiest link has its values sooner (_shares). Worker w then computes, and pushes once
+    done: each link serves the pushes in the order they come, so a fast worker's push
+    overlaps a slow worker's compute, and the slowest worker's push, last and alone, takes
+    its own path's time. The barrier's DONEs and the design's control traffic (COLLECTs)
+    follow. Without compute and with one busiest link throughout, this is that link's
+    bound; with compute the critical path runs through the slowest worker."""
+    workers, iterations = compute.shape
+    shapers = {link: _Shaper(mbps) for link, mbps in rates.items()}
+    times = np.zeros(iterations)
+    start = 0.0
+    for i in range(iterations):
+        pulls = [phased.pull[i][w] for w in range(workers)]
+        pulled = [start] * workers
+        for link in {link for p in pulls for link in p}:
+            on = [w for w in range(workers) if pulls[w].get(link)]
+            done = shapers[link].serve(start, sum(pulls[w][link] for w in on))
+            for w, share in zip(on, _shares([pulls[w][link] for w in on])):
+                pulled[w] = max(pulled[w], start + share * (done - start))
+        ready = [pulled[w] + float(compute[w, i]) for w in range(workers)]
+        pushed = max(ready, default=start)
+        for w in sorted(range(workers), key=lambda w: ready[w]):
+            for link, wire in phased.push[i][w].items():
+                pushed = max(pushed, shapers[link].serve(ready[w], wire))
+        end = pushed
+        for link, wire in phased.barrier[i].items():
+            end = max(end, shapers[link].serve(pushed, wire))
+        times[i], start = end - start, end
+    return times
+
+
+@dataclass(frozen=True)
+class IterationModel:
+    """The model with compute: each mode's iteration times (iteration_ms) for the run's
+    compute draws, and what they are made of."""
+
+    times: dict[str, np.ndarray]  # mode -> ms per iteration
+    communication: dict[str, np.ndarray]  # mode -> the same without compute
+    slowest_compute: np.ndarray  # per iteration: the slowest worker's compute (ms)
+
+    def as_dict(self) -> IterationBound:
+        """summary.json's `model.iteration` block."""
+        out: dict[str, Any] = {
+            "slowest_compute_ms": round(float(np.mean(self.slowest_compute)), 3),
+        }
+        for mode, times in self.times.items():
+            out[mode] = {
+                "p50_ms": round(float(np.median(times)), 3),
+                "p99_ms": round(float(np.percentile(times, 99)), 3),
+                "mean_ms": round(float(np.mean(times)), 3),
+                "communication_ms": round(float(np.mean(self.communication[mode])), 3),
+            }
+        server, offload = out["server"]["p50_ms"], out["offload"]["p50_ms"]
+        out["speedup"] = round(server / offload, 3) if offload else None
+        return cast(IterationBound, out)
+
+
+def predict_iterations(prediction: Prediction, compute: np.ndarray) -> IterationModel:
+    """The iteration model of `prediction` (predict's) with compute[w, i] ms."""
+    idle = np.zeros_like(compute)
+    return IterationModel(
+        {m: iteration_ms(b, prediction.rates, compute) for m, b in prediction.phased.items()},
+        {m: iteration_ms(b, prediction.rates, idle) for m, b in prediction.phased.items()},
+        compute.max(axis=0) if compute.size else np.zeros(0),
+    )
+
+
+def compute_table(cfg: RunConfig) -> np.ndarray | None:
+    """The run's compute draws (ms, [worker, iteration]) as its workers draw them
+    (hosts/compute.py, in emulated time); None without COMPUTE."""
+    spec = ComputeSpec.parse(cfg.compute or "")
+    if spec is None:
+        return None
+    plan = ComputePlan(
+        spec.scaled(cfg.time_scale), Stragglers.parse(cfg.stragglers or ""), cfg.seed
+    )
+    return plan.table(cfg.workers, cfg.iterations)
+
+
+def ps_link_mbps(topology: Topology) -> float | None:
+    """The rate of the slowest link into a parameter server (None: none has a rate)."""
+    rates = [
+        link.bandwidth
+        for ps in topology.parameter_servers
+        for link in topology.links
+        if ps.name in (link.node1, link.node2) and link.bandwidth
+    ]
+    return min(rates) if rates else None
+
+
+def time_scale(real_mbps: float | None, topology: Topology) -> float | None:
+    """Emulated seconds per real second: the real link rate over the PS link's emulated one
+    (None without a real rate or a PS link rate)."""
+    emulated = ps_link_mbps(topology)
+    return real_mbps / emulated if real_mbps and emulated else None
 
 
 def workload_argv(config: dict[str, Any]) -> list[str]:

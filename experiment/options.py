@@ -34,6 +34,7 @@ from experiment.config import (
     say,
 )
 from experiment.model import workload_of
+from hosts.compute import ComputeError, ComputeSpec, Stragglers
 from hosts.workloads import (
     DriftSpec,
     RunOption,
@@ -73,6 +74,9 @@ MAKE_NAMES = {
     "split": "SPLIT",
     "drift": "DRIFT",
     "switch_restarts": "SWITCH_RESTARTS",
+    "compute": "COMPUTE",
+    "stragglers": "STRAGGLERS",
+    "real_bw": "REAL_BW",
 }
 
 
@@ -205,6 +209,39 @@ def drift(text: str) -> str | None:
     return None if spec is None else str(spec)
 
 
+def compute(text: str) -> str | None:
+    """COMPUTE: a fixed time or a seeded distribution (hosts/compute.py), returned in its
+    normal form; empty or none for none."""
+    try:
+        spec = ComputeSpec.parse(text)
+    except ComputeError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return None if spec is None else str(spec)
+
+
+def stragglers(text: str) -> str | None:
+    """STRAGGLERS: N:F and/or p=P:F (hosts/compute.py), in its normal form; empty for none."""
+    try:
+        slow = Stragglers.parse(text)
+    except ComputeError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return None if slow is None else str(slow)
+
+
+_RATE_UNITS = {"": 1.0, "k": 1e-3, "m": 1.0, "g": 1e3, "t": 1e6}  # -> Mbit/s
+
+
+def real_bandwidth(text: str) -> float:
+    """REAL_BW: a link rate, 10G, 100M or a number of Mbit/s (as BW=), in Mbit/s."""
+    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([kKmMgGtT]?)(?:bit/s|bps|b)?\s*", text)
+    value = _float(m.group(1)) * _RATE_UNITS[m.group(2).lower()] if m else None
+    if value is None or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a link rate: write e.g. 10G, 100M or 10000 (Mbit/s)"
+        )
+    return value
+
+
 def shell_words(text: str) -> str:
     """WORKLOAD_ARGS: options split as a shell splits them (quotes keep words together)."""
     try:
@@ -313,6 +350,32 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="every=K,fraction=F[,head=H]",
         help="the measured phases' workload drifts: every K iterations a fraction F of the H "
         "most popular ranks (default 256) take keys from the tail (zipf, lr; default none)",
+    )
+    parser.add_argument(
+        "--compute",
+        type=compute,
+        default=d.compute,
+        metavar="TIME|normal:M,S|lognormal:M,S",
+        help="each worker's compute per iteration in the measured phases, slept between its "
+        "pull and its push: 20ms, normal:20ms,5ms (mean, sd), lognormal:20ms,0.5 (median, "
+        "sigma of the log), seeded by --seed; a real: prefix gives it in real time, scaled "
+        "by --real-bw (default: none)",
+    )
+    parser.add_argument(
+        "--stragglers",
+        type=stragglers,
+        default=d.stragglers,
+        metavar="N:F|p=P:F",
+        help="with --compute: workers 0..N-1 compute F times longer (1:3), and/or each "
+        "iteration of each worker is F times longer with probability P (p=0.1:3)",
+    )
+    parser.add_argument(
+        "--real-bw",
+        type=real_bandwidth,
+        default=d.real_bw,
+        metavar="RATE",
+        help="the real link rate the emulated links stand for (10G, 100M, or Mbit/s): the "
+        "run's time scale is it over the PS link's rate (default: none, no time scale)",
     )
     parser.add_argument(
         "--aggregate",
@@ -442,6 +505,9 @@ def config_of(args: argparse.Namespace) -> RunConfig:
         hotset_every=args.hotset_every or 0,  # 0: the source's (RunConfig)
         hotset_source=HotSetSource(args.hotset_source),
         drift=args.drift,
+        compute=args.compute,
+        stragglers=args.stragglers,
+        real_bw=args.real_bw,
     )
 
 
@@ -506,6 +572,7 @@ def check(cfg: RunConfig) -> Topology:
             f"HOTSET_SOURCE={cfg.hotset_source} says what HOTSET=dynamic's loop reads; "
             f"HOTSET={cfg.hotset} runs none (add HOTSET=dynamic)"
         )
+    _check_compute(cfg, topology)
     _check_ports(cfg, topology)
     if cfg.intf_prefix and (why := prefix_problem(topology, cfg.intf_prefix)):
         raise PreflightError(f"PREFIX={cfg.intf_prefix}: {why}")
@@ -684,6 +751,39 @@ def _check_workload_args(cfg: RunConfig) -> None:
             flag = "--" + dest.replace("_", "-")
             how = f"; use {instead}" if instead else " (each phase sets its own)"
             raise PreflightError(f"{shown}: {flag} is the run's own option{how}")
+
+
+def _check_compute(cfg: RunConfig, topology: Topology) -> None:
+    """COMPUTE, STRAGGLERS and REAL_BW together: what each needs of the others, the workers
+    and the links (hosts/compute.py reads each alone)."""
+    spec = ComputeSpec.parse(cfg.compute or "")
+    slow = Stragglers.parse(cfg.stragglers or "")
+    if slow is not None and spec is None:
+        raise PreflightError(f"STRAGGLERS={slow} slows the workers' compute: give COMPUTE= too")
+    if slow is not None and slow.slow_workers > cfg.workers:
+        raise PreflightError(
+            f"STRAGGLERS={slow}: {slow.slow_workers} slow workers, but the run has {cfg.workers}"
+        )
+    if spec is not None and spec.real and cfg.real_bw is None:
+        raise PreflightError(
+            f"COMPUTE={spec} is in real time: give REAL_BW= (the real link rate the links "
+            "stand for, e.g. REAL_BW=10G), or COMPUTE= in the run's emulated time"
+        )
+    if spec is not None and cfg.jobs > 1:
+        raise PreflightError(
+            f"COMPUTE={spec}: the model of several jobs counts no compute; use JOBS=1"
+        )
+    if cfg.real_bw is not None and cfg.bw != "auto":
+        rates = [link.bandwidth for link in topology.links if link.bandwidth]
+        if not rates:
+            raise PreflightError(
+                f"REAL_BW={cfg.real_bw:g}: the links have no rate to scale from; set BW="
+            )
+        if cfg.real_bw < max(rates):
+            raise PreflightError(
+                f"REAL_BW={cfg.real_bw:g} Mbit/s is below the links' {max(rates):g} Mbit/s: "
+                "the emulated links stand for faster real ones"
+            )
 
 
 def _check_ports(cfg: RunConfig, topology: Topology) -> None:

@@ -28,7 +28,7 @@ from experiment.config import (
 )
 from experiment.configline import topology_shape
 from experiment.fidelity import PS_LINK_SATURATED
-from experiment.model import predict, workload_of
+from experiment.model import compute_table, predict, time_scale, workload_of
 from experiment.processes import ProcessDied
 from experiment.runner import Experiment, preflight
 from experiment.schema import ModelBound, WarmupHotSet
@@ -156,6 +156,8 @@ def record_link_rates(exp: Experiment, config: dict[str, Any], calibrating: bool
     bed, cfg = exp.bed, exp.cfg
     rates = sorted({link.bandwidth or 0.0 for link in bed.topology.links})
     config["link_bandwidth_mbps"] = [r or None for r in rates]
+    # REAL_BW's time scale at the rate the links now run (compute in real time uses it)
+    config["time_scale"] = cfg.time_scale = time_scale(cfg.real_bw, bed.topology)
     config["topology_shape"] = topology_shape(bed.topology)  # the config line's
     write_config(exp.run_dir, config)
     links = ", ".join("unlimited" if not r else f"{r:g} Mbit/s" for r in rates)
@@ -282,7 +284,7 @@ def bound(
         topology=topology,
         aggregate=cfg.aggregate,
     )
-    return prediction.as_dict()
+    return prediction.as_dict(compute_table(cfg))
 
 
 def keep_running(exp: Experiment) -> None:

@@ -138,6 +138,36 @@ def bound_line(summary: Mapping[str, Any]) -> str | None:
     )
 
 
+def compute_line(summary: Mapping[str, Any]) -> str | None:
+    """The table's line on the model with compute: each mode's iteration (p50), made of
+    communication and the slowest worker's compute, and the speed-up it predicts."""
+    it = (summary.get("model") or {}).get("iteration")
+    if not it:
+        return None
+    s, o = it["server"], it["offload"]
+    return (
+        f"model with compute: {s['p50_ms']:.2f} ms server-only, {o['p50_ms']:.2f} ms offload, "
+        f"{it['speedup']:.2f}x (p50; communication {s['communication_ms']:.2f} / "
+        f"{o['communication_ms']:.2f} ms, the slowest worker's compute "
+        f"{it['slowest_compute_ms']:.2f} ms, mean; experiment/model.py iteration_ms)"
+    )
+
+
+def slept_line(summary: Mapping[str, Any]) -> str | None:
+    """The table's line on the compute the workers slept, per mode."""
+    compute = summary.get("compute")
+    if not compute:
+        return None
+    parts = []
+    for mode in MODES:
+        c = compute["modes"][mode]
+        if c["mean_ms"] is not None:
+            parts.append(
+                f"{LABELS[mode]} {c['mean_ms']:.2f} ms (slowest worker {c['slowest_mean_ms']:.2f})"
+            )
+    return f"compute slept, mean per iteration: {', '.join(parts) or '-'}"
+
+
 def links_line(summary: Mapping[str, Any]) -> str | None:
     """The table's line on the links: each mode's bottleneck by the model against the
     direction that ran busiest (p90 of its utilisation), as the fidelity verdict measured."""
@@ -220,6 +250,9 @@ def comparison_table(summary: Summary, with_config: bool = True) -> str:
     lines.append(f"  exact: {summary['exact']}  ({summary['params_sha256']['offload'][:16]}...)")
     if bound := bound_line(summary):
         lines.append(f"  {bound}")
+    for line in (compute_line(summary), slept_line(summary)):
+        if line:
+            lines.append(f"  {line}")
     if links := links_line(summary):
         lines.append(f"  {links}")
     lines += [f"  {line}" for line in verdict_lines(summary)]
@@ -236,18 +269,37 @@ def bound_comparison(summary: Mapping[str, Any]) -> list[str]:
             "BW=N or BW=auto gives the links a rate and the run a bound."
         ]
     modes = summary["modes"]
+    it = m.get("iteration")
     measured = []
     for mode in MODES:
-        p50, bound = modes[mode]["iteration_ms"]["p50"], m[mode]["bound_ms"]
-        above = f" ({100 * (p50 / bound - 1):+.1f}% vs the bound)" if p50 and bound else ""
+        p50 = modes[mode]["iteration_ms"]["p50"]
+        bound = it[mode]["p50_ms"] if it else m[mode]["bound_ms"]
+        versus = "the model with compute" if it else "the bound"
+        above = f" ({100 * (p50 / bound - 1):+.1f}% vs {versus})" if p50 and bound else ""
         measured.append(f"{LABELS[mode]} {p50:.2f} ms{above}")
     speedup = (summary.get("speedup") or {}).get("iteration_ms")
+    against = (
+        f"the model with compute's {it['speedup']:.2f}x"
+        if it and it["speedup"]
+        else f"the bound's {m['bound_speedup']:.2f}x"
+    )
     return [
         f"{bound_line(summary)}.",
         "",
+        *(
+            [
+                f"{compute_line(summary)}. Each worker computes (the run's own draws) between "
+                "its pulls and its pushes; a fast worker's push overlaps a slower one's "
+                "compute, so the critical path runs through the slowest worker "
+                "(docs/experiment.md, Compute and stragglers).",
+                "",
+            ]
+            if it
+            else []
+        ),
         f"Measured iteration p50: {', '.join(measured)}; speed-up "
         + (f"{speedup:.2f}x" if speedup else "-")
-        + f" against the bound's {m['bound_speedup']:.2f}x.",
+        + f" against {against}.",
         "",
         "The bound is the busier direction of the busiest link (aggregation design "
         f"`{m['aggregate']}`), in bytes per iteration, over its rate; the PS-link bound is "

@@ -115,6 +115,7 @@ class Experiment:
                     collect=collect,
                     stream_offset=stream_offset,
                     drift=drift,
+                    compute=drift,  # the measured phases, as DRIFT (PhasePlan.compute)
                     dynamic=online is not None,
                     job_slots=self.bed.slots_of[job.job_id],
                     hot_keys=hot_keys_file(offsets, jdir) if collect else None,

@@ -147,11 +147,26 @@ class ModeLoad(TypedDict):
     bound_ms: float  # that time: the mode's bound over every link
 
 
-class ModelBound(TypedDict):
-    """The bound of the run's configuration (experiment/model.py Prediction): over every
-    link (`<mode>.bound_ms`, `bound_speedup`) and over the PS link alone (`server_ms`,
-    `offload_ms`, `speedup`; on a star the two agree)."""
+class IterationTimes(TypedDict):
+    """One mode's modelled iteration with compute (experiment/model.py iteration_ms)."""
 
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+    communication_ms: float  # mean, the same iterations without compute
+
+
+class IterationBound(TypedDict):
+    """The model with compute: iteration = compute + communication, the critical path
+    through the slowest worker, for the run's own compute draws (COMPUTE=, STRAGGLERS=)."""
+
+    slowest_compute_ms: float  # mean over iterations of the slowest worker's compute
+    server: IterationTimes
+    offload: IterationTimes
+    speedup: float | None  # server p50_ms / offload p50_ms
+
+
+class _ModelBound(TypedDict):
     aggregate: str  # the aggregation design counted (AGGREGATE=)
     server: ModeLoad
     offload: ModeLoad
@@ -162,6 +177,24 @@ class ModelBound(TypedDict):
     offload_ms: float
     speedup: float
     bound_speedup: float  # server.bound_ms / offload.bound_ms
+
+
+class ModelBound(_ModelBound, total=False):
+    """The bound of the run's configuration (experiment/model.py Prediction): over every
+    link (`<mode>.bound_ms`, `bound_speedup`) and over the PS link alone (`server_ms`,
+    `offload_ms`, `speedup`; on a star the two agree); with COMPUTE=, the iteration model
+    (`iteration`), which the run's speed-up is compared with (model_speedup)."""
+
+    iteration: IterationBound
+
+
+def model_speedup(model: ModelBound | None) -> float | None:
+    """The speed-up the model predicts: the iteration model's with compute, else the
+    busiest links' bound's."""
+    if not model:
+        return None
+    iteration = model.get("iteration")
+    return iteration["speedup"] if iteration else model["bound_speedup"]
 
 
 class Fidelity(TypedDict):
@@ -176,9 +209,26 @@ class Fidelity(TypedDict):
     details: dict[str, dict[str, Any]]
 
 
-class Summary(TypedDict):
-    """summary.json."""
+class ComputeMode(TypedDict):
+    """One measured phase's compute as the workers slept it (ms, from each pull's reply)."""
 
+    mean_ms: float | None  # over every worker and iteration
+    slowest_mean_ms: float | None  # mean over iterations of the slowest worker's
+    per_worker_mean_ms: list[float | None]
+
+
+class ComputeSummary(TypedDict):
+    """COMPUTE=, STRAGGLERS= and the time scale, as set and as the workers slept them."""
+
+    compute: str  # as given (normal form)
+    emulated: str  # in the run's emulated time (a real: one times time_scale)
+    stragglers: str | None
+    real_bw_mbps: float | None  # REAL_BW=: the real link rate the links stand for
+    time_scale: float | None  # emulated seconds per real second (REAL_BW / PS link rate)
+    modes: dict[str, ComputeMode]
+
+
+class _Summary(TypedDict):
     schema_version: int
     target: str
     topology: str  # the topology file's name
@@ -200,6 +250,12 @@ class Summary(TypedDict):
     model: ModelBound | None
     offload_hot_set: OffloadHotSet | None
     fidelity: Fidelity
+
+
+class Summary(_Summary, total=False):
+    """summary.json."""
+
+    compute: ComputeSummary  # with COMPUTE=
 
 
 def dumps_summary(summary: Summary) -> str:

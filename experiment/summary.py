@@ -15,6 +15,8 @@ from experiment import fidelity
 from experiment.results import PhaseResult, ps_rows, worker_rows
 from experiment.schema import (
     SCHEMA_VERSION,
+    ComputeMode,
+    ComputeSummary,
     LatencySplit,
     LinkBytes,
     ModelBound,
@@ -25,6 +27,7 @@ from experiment.schema import (
     WarmupHotSet,
 )
 from hosts import stats
+from hosts.compute import ComputeSpec
 
 WORKER_REQUESTS = ("PUSH", "PULL", "DONE")
 MODES = ("server", "offload")  # the measured phases, as summary.json's `modes` names them
@@ -183,6 +186,43 @@ def mode_summary(
     return summary
 
 
+def link_duty(model: ModelBound | None) -> dict[str, float]:
+    """With compute, the share of each mode's iteration the model has the PS link busy:
+    its PS-link time over the iteration model's mean (fidelity.with_compute)."""
+    iteration = model.get("iteration") if model else None
+    if not model or not iteration:
+        return {}
+    busy = {"server": model["server_ms"], "offload": model["offload_ms"]}
+    modelled = {"server": iteration["server"], "offload": iteration["offload"]}
+    return {m: busy[m] / modelled[m]["mean_ms"] for m in MODES if modelled[m]["mean_ms"]}
+
+
+def compute_summary(config: Mapping[str, Any], phases: dict[str, PhaseResult]) -> ComputeSummary:
+    """COMPUTE=, STRAGGLERS= and the time scale, and each measured phase's compute as its
+    workers slept it (their summaries' `compute.ms`)."""
+    spec = ComputeSpec.parse(config["compute"])
+    assert spec is not None  # the caller checked COMPUTE= was given
+    scale = config.get("time_scale")
+    modes: dict[str, ComputeMode] = {}
+    for mode in MODES:
+        slept = [(w.get("compute") or {}).get("ms") or [] for w in phases[mode].worker_summaries]
+        iterations = min((len(ms) for ms in slept), default=0)
+        slowest = [max(ms[i] for ms in slept) for i in range(iterations)]
+        modes[mode] = {
+            "mean_ms": mean([x for ms in slept for x in ms]),
+            "slowest_mean_ms": mean(slowest),
+            "per_worker_mean_ms": [mean(ms) for ms in slept],
+        }
+    return {
+        "compute": str(spec),
+        "emulated": str(spec.scaled(scale)),
+        "stragglers": config.get("stragglers"),
+        "real_bw_mbps": config.get("real_bw"),
+        "time_scale": scale,
+        "modes": modes,
+    }
+
+
 def p50_ratio(server: Quantiles, offload: Quantiles) -> float | None:
     """Server-only's p50 over offload's: the speed-up."""
     a, b = server["p50"], offload["p50"]
@@ -244,7 +284,7 @@ def build_summary(
         "push_ms": p50_ratio(s["push_ms"], o["push_ms"]),
         "pull_ms": p50_ratio(s["pull_ms"], o["pull_ms"]),
     }
-    return {
+    summary: Summary = {
         "schema_version": SCHEMA_VERSION,
         "target": config["target"],
         "topology": Path(config["topo"]).name,
@@ -277,5 +317,9 @@ def build_summary(
         "fidelity": fidelity.summarize(
             {m: phases[m].fidelity for m in MODES if phases[m].fidelity},
             {m: load["bottleneck"] for m, load in loads.items()},
+            link_duty(model),
         ),
     }
+    if config.get("compute"):
+        summary["compute"] = compute_summary(config, phases)
+    return summary

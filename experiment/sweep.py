@@ -50,7 +50,14 @@ from experiment.configline import ConfigPart, config_parts, join_config
 from experiment.jobs_summary import jobs_row
 from experiment.options import OptionParser, add_run_arguments, check, config_of
 from experiment.report import CAPTIONS, figure_markdown, regime_text, verdict_lines
-from experiment.schema import JobsSummary, Summary, SummaryError, check_summary, load_summary
+from experiment.schema import (
+    JobsSummary,
+    Summary,
+    SummaryError,
+    check_summary,
+    load_summary,
+    model_speedup,
+)
 from topologies.switches import REPO_ROOT
 from topologies.targets import TargetName, target_names
 
@@ -142,6 +149,9 @@ FIXED_RUN_OPTIONS = (
     "grpc_base_port",
     "intf_prefix",
     "split",
+    "compute",
+    "stragglers",
+    "real_bw",
 )
 
 
@@ -393,7 +403,7 @@ def row_of(
     field of its summary.json (flattened), then `extra` (a job's) and where the run is."""
     model = summary.get("model")
     measured = (summary.get("speedup") or {}).get("iteration_ms")
-    bound = model["bound_speedup"] if model else None  # the busiest link's, every link
+    bound = model_speedup(model)  # with compute the iteration model's, else every link's
     return {
         **{f"point.{k}": v for k, v in point.__dict__.items()},
         "point.topo": point.topo,

@@ -1,6 +1,7 @@
 """The worker agent: BSP pull / compute / push / DONE per iteration (docs/design.md section 3).
 
-Per iteration t: PULL the workload's keys for t, compute the step from the pulled values, PUSH
+Per iteration t: PULL the workload's keys for t, compute the step from the pulled values (with
+--compute, sleeping until the emulated compute time has passed: hosts/compute.py), PUSH
 its entries (one seq per packet from 1, never reused; a sliding window of DEDUP_WINDOW seqs, so
 seq s is sent only while every seq <= s - 64 is acked), then DONE(t) to every shard until each
 answers DONE_ACK(t). While waiting for DONE_ACK(t) it prepares t+1's PULLs.
@@ -75,6 +76,8 @@ from hosts.agent import (
     parse_address,
     positive_int,
 )
+from hosts.compute import ComputeError, ComputePlan, plan_of
+from hosts.compute import add_arguments as add_compute_arguments
 from hosts.reliable import ReliableChannel, Request, Window
 from hosts.stats import CsvLog, load_hot_keys, write_json
 
@@ -120,6 +123,7 @@ class WorkerConfig:
     summary_path: str | None = None
     progress: bool = False  # one flushed stdout line per finished iteration (for runners)
     hot_keys: list[int] | None = None  # keys the controller made hot: grouped from the start
+    compute: ComputePlan | None = None  # emulated compute per iteration (hosts/compute.py)
 
     def validate(self) -> None:
         if not 0 <= self.job_id < 1 << 16:
@@ -184,6 +188,7 @@ class Worker:
         # reply - sent is exactly the latency and both stay comparable with the PS's times.
         self._wall_offset = time.time() - time.perf_counter()
         self._unlogged: Callable[[], None] | None = None  # the last iteration's log row
+        self.compute_ms: list[float] = []  # per iteration: pull reply to push (_compute)
         self.sock = open_udp(config.bind)
         self.address: Address = self.sock.getsockname()
         # PULLs and PUSHes (seqs never reused, at most `window` ahead of the lowest
@@ -234,7 +239,9 @@ class Worker:
                 assert nxt is not None  # _done returned prepare's result: t is not the last
                 keys, reqs = nxt
                 pulled = self._pull(t, reqs, len(keys), self._flush_log)
+                pulled_at = time.perf_counter()
                 step = self.workload.step(cfg.worker_id, t, keys, pulled)
+                self._compute(t, pulled_at)
                 self._push(t, np.asarray(step.keys, np.uint64), np.asarray(step.values, np.int32))
                 prepare = partial(self._prepare_pull, t + 1) if t < cfg.iterations else None
                 nxt = self._done(t, prepare)
@@ -261,6 +268,19 @@ class Worker:
         finally:
             self._flush_log()
             self._log.close()
+
+    def _compute(self, t: int, since: float) -> None:
+        """Emulated compute: sleep until the plan's time for (worker, t) has passed since the
+        pull's reply (the step's own CPU time counts in it). A sleep, not work, so that it
+        takes no core from the switch and the other agents."""
+        plan = self.cfg.compute
+        if plan is not None:
+            until = since + plan.ms(self.cfg.worker_id, t) / 1e3
+            while (left := until - time.perf_counter()) > 0:
+                if self._stop.wait(min(left, 0.2)):
+                    raise Interrupted(f"worker {self.cfg.worker_id} stopped in iteration {t}")
+                self._deadline.check()
+        self.compute_ms.append(round((time.perf_counter() - since) * 1e3, 3))
 
     def _flush_log(self) -> None:
         """Write the finished iteration's row (deferred off the barrier-to-barrier path)."""
@@ -306,6 +326,13 @@ class Worker:
             "congestion": self._data.window.describe(),
             "rtt_max_ms": round(1e3 * self._data.max_rtt, 3),
             "workload": self.workload.describe(),
+            "compute": None
+            if self.cfg.compute is None
+            else {
+                "spec": str(self.cfg.compute.spec),
+                "stragglers": str(self.cfg.compute.stragglers or "") or None,
+                "ms": self.compute_ms,  # per iteration, as slept (from the pull's reply)
+            },
         }
 
     # --- grouping ---
@@ -580,6 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="once set up, print 'ready' and start only when a line 'go' arrives on stdin "
         "(so that workers started one after another begin iteration 1 together)",
     )
+    add_compute_arguments(p)
     workloads.add_arguments(p)
     return p
 
@@ -603,9 +631,11 @@ def main(argv: list[str] | None = None) -> int:
             summary_path=args.summary,
             progress=args.progress,
             hot_keys=sorted(load_hot_keys(args.hot_keys)) if args.hot_keys else None,
+            # seeded by the workload's seed: both modes and the model draw the same times
+            compute=plan_of(args.compute, args.stragglers, args.seed),
         )
         worker = Worker(cfg, workloads.from_args(args))
-    except (AgentError, workloads.WorkloadError, ValueError) as exc:
+    except (AgentError, workloads.WorkloadError, ComputeError, ValueError) as exc:
         print(f"worker: {exc}", file=sys.stderr)
         return 2
     install_stop_signals(worker.stop)
