@@ -43,6 +43,9 @@ SPLIT ?= savings
 # STRAGGLERS=1:3 (worker 0 three times slower) and/or p=0.1:3 (a slow iteration with
 # probability 0.1); REAL_BW=10G: the real link rate the links stand for (the time scale).
 COMPUTE ?=
+# How far workers may drift apart: bsp (a barrier every iteration), ssp:S (up to S iterations
+# ahead of the slowest) or async (no barrier); docs/design.md section 8.
+SYNC ?= bsp
 STRAGGLERS ?=
 REAL_BW ?=
 # Link rate: `auto` calibrates after the warm-up, so that the PS's link sets the pace (the regime
@@ -108,6 +111,7 @@ help:
 	@echo "  JOBS=$(JOBS) (jobs sharing the switch; then SKEW=1.1,1.3: a value per job)  SPLIT=$(SPLIT) (or equal)"
 	@echo "  DRIFT=$(DRIFT) (every=K,fraction=F[,head=H]; empty: none)"
 	@echo "  COMPUTE=$(COMPUTE) (20ms, normal:20ms,5ms, lognormal:20ms,0.5, real:2us; empty: none)"
+	@echo "  SYNC=$(SYNC) (bsp, ssp:S: up to S iterations ahead of the slowest, async: no barrier)"
 	@echo "    STRAGGLERS=$(STRAGGLERS) (1:3, p=0.1:3)  REAL_BW=$(REAL_BW) (10G: the real rate the links stand for)"
 	@echo "  GRPC_PORT=$(GRPC_PORT) (empty: free ports)  PREFIX=$(PREFIX) (empty: an unused interface prefix)"
 	@echo "  SWITCH_RESTARTS=$(SWITCH_RESTARTS) (restarts of a dead switch)  KEEP=$(KEEP) (1: keep the network up)"
@@ -116,7 +120,7 @@ help:
 	@echo "  host, no WORKERS), AGGREGATE=ps-leaf,leaves (leaves: with LEAVES only), JOBS=1,2 (J jobs"
 	@echo "  of WORKERS each, a row per job); for every run"
 	@echo "  ITERATIONS=30, TARGET, KEYS, WORKLOAD, TRACE, WORKLOAD_ARGS, HOTSET, HOTSET_SOURCE, DRIFT, SPLIT,"
-	@echo "  COMPUTE, STRAGGLERS, REAL_BW,"
+	@echo "  COMPUTE, STRAGGLERS, REAL_BW, SYNC,"
 	@echo "  SWITCH_RESTARTS, GRPC_PORT, PREFIX, BMV2_BINARY; it refuses SEED (use SEEDS), TOPO, PS"
 	@echo "  and KEEP (make run's)"
 	@echo "Other variables: RUN=<id> (make stop)  PYTEST_ARGS=$(PYTEST_ARGS) (make test)  VENV=$(VENV)"
@@ -172,7 +176,7 @@ run: $(STAMP)
 	    --hot-slots '$(HOT_SLOTS)' --loss '$(LOSS)' --seed '$(SEED)' --workload '$(WORKLOAD)' \
 	    --hotset '$(HOTSET)' --hotset-source '$(HOTSET_SOURCE)' $(if $(DRIFT),--drift '$(DRIFT)') \
 	    --aggregate '$(AGGREGATE)' $(if $(BW),--bw '$(BW)') $(if $(PS),--ps '$(PS)') \
-	    --jobs '$(JOBS)' --split '$(SPLIT)' \
+	    --jobs '$(JOBS)' --split '$(SPLIT)' --sync '$(SYNC)' \
 	    $(if $(COMPUTE),--compute '$(COMPUTE)') $(if $(STRAGGLERS),--stragglers '$(STRAGGLERS)') \
 	    $(if $(REAL_BW),--real-bw '$(REAL_BW)') \
 	    $(if $(TRACE),--workload trace --trace '$(TRACE)') \
@@ -231,7 +235,7 @@ sweep: $(STAMP)
 	    $(if $(call given,HOTSET),--hotset '$(HOTSET)') \
 	    $(if $(call given,HOTSET_SOURCE),--hotset-source '$(HOTSET_SOURCE)') \
 	    $(if $(call given,DRIFT),--drift '$(DRIFT)') \
-	    $(if $(call given,COMPUTE),--compute '$(COMPUTE)') \
+	    $(if $(call given,COMPUTE),--compute '$(COMPUTE)') $(if $(call given,SYNC),--sync '$(SYNC)') \
 	    $(if $(call given,STRAGGLERS),--stragglers '$(STRAGGLERS)') \
 	    $(if $(call given,REAL_BW),--real-bw '$(REAL_BW)') \
 	    $(if $(call given,SWITCH_RESTARTS),--switch-restarts '$(SWITCH_RESTARTS)') \

@@ -107,7 +107,7 @@ def ps_argv(
         "--shard", f"{shard}/{shards}", "--log", str(files.log),
         "--freq", str(plan.dir / freq_name(shard, plan.dynamic)),
         "--params", str(plan.dir / f"params{shard}.npy"), "--summary", str(files.summary),
-        "--deadline", str(plan.deadline),
+        "--deadline", str(plan.deadline), "--sync", cfg.sync,
     ]  # fmt: skip
     if plan.collect:
         args += ["--collect", "--switch", switch_ip, "--hot-slots", str(plan.job_slots)]

@@ -110,6 +110,8 @@ class RunConfig:
     per_job: dict[str, list[Any]] = field(default_factory=dict)
     split: Split = Split.SAVINGS
     job_id: int = JOB_ID  # the job this configuration describes (job_configs)
+    # SYNC=: bsp, ssp:S or async (hosts/ps_config.py SyncMode; docs/design.md section 8)
+    sync: str = "bsp"
     # Emulated compute of the measured phases (hosts/compute.py): COMPUTE= and STRAGGLERS= in
     # their normal form (None: none), and REAL_BW= (Mbit/s), the real link rate the emulated
     # links stand for. `time_scale`: emulated seconds per real second, REAL_BW over the PS

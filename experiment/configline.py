@@ -124,6 +124,8 @@ def config_parts(summary: Mapping[str, Any]) -> list[ConfigPart]:
             )
         )
     parts += compute_parts(config)
+    if config.get("sync", "bsp") != "bsp":
+        parts.append(ConfigPart("sync", f"SYNC={config['sync']}", config["sync"]))
     if config.get("drift"):
         parts.append(ConfigPart("drift", f"drift {config['drift']}", ""))
     if config.get("loss"):

@@ -34,7 +34,9 @@ from experiment.config import (
     say,
 )
 from experiment.model import workload_of
+from hosts.agent import AgentError
 from hosts.compute import ComputeError, ComputeSpec, Stragglers
+from hosts.ps_config import SyncMode
 from hosts.workloads import (
     DriftSpec,
     RunOption,
@@ -71,6 +73,7 @@ MAKE_NAMES = {
     "hotset_source": "HOTSET_SOURCE",
     "aggregate": "AGGREGATE",
     "jobs": "JOBS",
+    "sync": "SYNC",
     "split": "SPLIT",
     "drift": "DRIFT",
     "switch_restarts": "SWITCH_RESTARTS",
@@ -217,6 +220,14 @@ def compute(text: str) -> str | None:
     except ComputeError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return None if spec is None else str(spec)
+
+
+def sync(text: str) -> str:
+    """SYNC: bsp, ssp:S or async (hosts/ps_config.py), in its normal form (ssp:0 is bsp)."""
+    try:
+        return str(SyncMode.parse(text))
+    except AgentError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def stragglers(text: str) -> str | None:
@@ -386,6 +397,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "docs/design.md section 7)",
     )
     parser.add_argument(
+        "--sync",
+        type=sync,
+        default=d.sync,
+        metavar="bsp|ssp:S|async",
+        help="how far workers may drift apart: bsp (a barrier every iteration), ssp:S (up to "
+        "S iterations ahead of the slowest) or async (no barrier); docs/design.md section 8",
+    )
+    parser.add_argument(
         "--jobs",
         type=jobs,
         default=d.jobs,
@@ -489,6 +508,7 @@ def config_of(args: argparse.Namespace) -> RunConfig:
         seed=lists["seed"][0],
         workload=lists["workload"][0],
         jobs=args.jobs,
+        sync=args.sync,
         per_job=per_job,
         split=Split(args.split),
         warmup=args.warmup,
@@ -525,6 +545,7 @@ def check(cfg: RunConfig) -> Topology:
             f"TARGET={cfg.target}{setting}: {why}; or use TARGET={TargetName.EMBEDDED}"
         )
     _check_jobs(cfg)
+    _check_sync(cfg)
     try:
         topology = load_topology(_jobs_topology(cfg) if cfg.jobs > 1 else cfg.topo)
         if cfg.ps:
@@ -549,6 +570,11 @@ def check(cfg: RunConfig) -> Topology:
             f"WORKERS={cfg.workers}, but {cfg.topo} has {n_workers} worker hosts"
             f" (leave WORKERS empty for all of them, or TOPO=star:{cfg.workers} generates a "
             "star with that many)"
+        )
+    if cfg.sync != "bsp" and cfg.jobs == 1 and len(topology.parameter_servers) > 1:
+        raise PreflightError(
+            f"SYNC={cfg.sync}: every PS shard would read all of the switch's slots; "
+            f"TOPO={cfg.topo} has {len(topology.parameter_servers)} PS shards, use one"
         )
     if cfg.aggregate == Aggregate.LEAVES:
         topology = _leaves(cfg, topology)
@@ -622,6 +648,25 @@ def _check_jobs(cfg: RunConfig) -> None:
         raise PreflightError(
             f"HOT_SLOTS={cfg.hot_slots} cannot give each of {cfg.jobs} jobs a slot"
         )
+
+
+def _check_sync(cfg: RunConfig) -> None:
+    """SYNC=ssp:S or async: what the PS and the run's exactness check can take."""
+    if cfg.sync == "bsp":
+        return
+    if cfg.aggregate == Aggregate.LEAVES:
+        raise PreflightError(
+            f"SYNC={cfg.sync}: AGGREGATE=leaves flushes the leaves at a barrier every "
+            "iteration; it runs with SYNC=bsp only"
+        )
+    for job in job_configs(cfg):
+        if workload_class(job.workload).pushes_use_pulled:
+            raise PreflightError(
+                f"SYNC={cfg.sync}: the run checks that every update is applied once by "
+                f"comparing the modes' final parameters, but WORKLOAD={job.workload}'s "
+                "pushes depend on the values pulled, which ssp and async make stale; use "
+                "WORKLOAD=zipf or trace"
+            )
 
 
 def _jobs_topology(cfg: RunConfig) -> Path:

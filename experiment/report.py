@@ -153,6 +153,23 @@ def compute_line(summary: Mapping[str, Any]) -> str | None:
     )
 
 
+def staleness_line(summary: Mapping[str, Any]) -> str | None:
+    """The table's line on how stale the PS's answers to pulls were (SYNC=ssp:S, async)."""
+    if summary.get("config", {}).get("sync", "bsp") == "bsp":
+        return None
+    parts = []
+    for mode in MODES:
+        hist = {int(k): n for k, n in (summary["modes"][mode].get("staleness") or {}).items()}
+        total = sum(hist.values())
+        if total:
+            mean = sum(k * n for k, n in hist.items()) / total
+            parts.append(
+                f"{LABELS[mode]} mean {mean:.2f}, max {max(hist)} iterations "
+                f"({100 * (total - hist.get(0, 0)) / total:.0f}% of {total} stale)"
+            )
+    return f"staleness of the PS's pull replies: {'; '.join(parts) or '-'}"
+
+
 def slept_line(summary: Mapping[str, Any]) -> str | None:
     """The table's line on the compute the workers slept, per mode."""
     compute = summary.get("compute")
@@ -250,7 +267,7 @@ def comparison_table(summary: Summary, with_config: bool = True) -> str:
     lines.append(f"  exact: {summary['exact']}  ({summary['params_sha256']['offload'][:16]}...)")
     if bound := bound_line(summary):
         lines.append(f"  {bound}")
-    for line in (compute_line(summary), slept_line(summary)):
+    for line in (compute_line(summary), slept_line(summary), staleness_line(summary)):
         if line:
             lines.append(f"  {line}")
     if links := links_line(summary):

@@ -90,6 +90,9 @@ class ModeSummary(_ModeSummary, total=False):
     """One measured phase: `modes.server` or `modes.offload`."""
 
     loss_curve: list[float]  # mean training loss per iteration (workloads that have one)
+    # pulls the PS answered, by staleness: iterations whose sums the value lacked (0 in BSP;
+    # up to S under SYNC=ssp:S; docs/design.md section 8)
+    staleness: dict[str, int]
 
 
 class WarmupHotSet(TypedDict):

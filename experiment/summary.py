@@ -181,6 +181,11 @@ def mode_summary(
         [w["losses"][t] for w in phase.worker_summaries]
         for t in range(len(phase.worker_summaries[0]["losses"]))
     ]
+    stale: Counter[str] = Counter()
+    for p in phase.ps_summaries:
+        stale.update(p.get("staleness") or {})
+    if stale:
+        summary["staleness"] = {k: stale[k] for k in sorted(stale, key=int)}
     if losses and all(x is not None for row in losses for x in row):
         summary["loss_curve"] = [round(float(np.mean(row)), 6) for row in losses]
     return summary

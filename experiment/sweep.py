@@ -152,6 +152,7 @@ FIXED_RUN_OPTIONS = (
     "compute",
     "stragglers",
     "real_bw",
+    "sync",
 )
 
 

@@ -76,6 +76,10 @@ class Workload(ABC):
     # phases the ones after them. A generated stream's warm-up reads far further on instead,
     # so that the measured phases start at its iteration 1.
     finite_stream: ClassVar[bool] = False
+    # Its pushes depend on the values it pulled (gradients): under SYNC=ssp:S or async, where
+    # pulls may be stale, the two modes push different updates and their final parameters
+    # are not comparable.
+    pushes_use_pulled: ClassVar[bool] = False
     # The experiment's options (and make variables) for some of its own options.
     run_options: ClassVar[tuple[RunOption, ...]] = ()
     key_space: int

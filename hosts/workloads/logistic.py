@@ -44,6 +44,7 @@ class LogisticWorkload(Workload):
     name = WorkloadName.LR
     about = "a logistic regression's sparse features"
     drifts = True
+    pushes_use_pulled = True  # gradients at the pulled weights
 
     def __init__(
         self,
