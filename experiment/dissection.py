@@ -14,7 +14,9 @@ to reply:
   (Mininet's 15 kB) passes a packet at once while it has tokens, and a run shows which
   applies by its fastest switch-answered requests (their 5th percentile), which either
   took their serialization both ways or came back sooner (then to_switch is 0: the
-  veth's transfer, microseconds, stays in the switch's share);
+  veth's transfer, microseconds, stays in the switch's share). A switch slower than the
+  serialization (BMv2) also passes that test: the split between to_switch and switch is
+  then uncertain by the serialization, their sum is not;
 - switch: one pass through the switch, derived per kind: the median latency of the run's
   unresent requests the switch answered (less their serialization where the links
   serialize). What it holds beside the switch's own time, the transfer over the idle
