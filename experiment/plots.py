@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -23,12 +24,14 @@ from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.container import Container
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from contract.freqfile import read_frequency
 from experiment.config import HotSetMode, HotSetSource
 from experiment.configline import short_config
+from experiment.dissection import basis_text as dissection_basis_text
 from experiment.results import PhaseResult, worker_rows
 from experiment.schema import OffloadHotSet, Summary
 from experiment.summary import MODE_LABELS as LABELS
@@ -239,62 +242,109 @@ def skew(path: Path, freq_files: list[Path], summary: Summary) -> None:
             short_config(summary), handles, note=note)  # fmt: skip
 
 
+# The dissection's components (experiment/dissection.py), bottom to top, as the figure
+# stacks and names them.
+COMPONENT_STYLE = {
+    "window": ("wait for the window (worker)", "#bcbd22"),
+    "to_switch": ("to the switch (serialization, derived)", "#17becf"),
+    "switch": ("in the switch (derived)", "#2ca02c"),
+    "ps_link": ("PS link: queue and transmission (the rest)", "#8c564b"),
+    "ps_socket": ("PS socket queue", "tab:orange"),
+    "ps_held": ("held by the PS for its iteration", "#e377c2"),
+    "ps_service": ("PS service", "tab:purple"),
+    "back": ("back to the worker", "0.6"),
+    "unsplit": ("resent or unmatched (not split)", "0.25"),
+    "network_and_switch": ("network + switch", "0.55"),  # a summary without components
+}
+
+
+def _components(split: Mapping[str, Any], field: str) -> dict[str, float]:
+    """A LatencySplit's mean components (µs) in stacking order; a summary written without
+    them gives the three-part split it has."""
+    comps = split.get(field)
+    if comps is None:
+        comps = {
+            "network_and_switch": split["mean_network_and_switch_us"],
+            "ps_socket": split["mean_ps_queueing_us"],
+            "ps_service": split["mean_ps_service_us"],
+        }
+    return {name: float(comps[name] or 0.0) for name in COMPONENT_STYLE if name in comps}
+
+
+def _stack(ax: Axes, xs: list[float], bars: list[dict[str, float]]) -> set[str]:
+    """Stacked bars of components (ms); returns the components drawn."""
+    bottom = np.zeros(len(xs))
+    drawn = set()
+    for name, (_, color) in COMPONENT_STYLE.items():
+        heights = np.array([b.get(name, 0.0) for b in bars]) / 1000
+        if not heights.any():
+            continue
+        ax.bar(xs, heights, bottom=bottom, color=color, width=0.8)
+        bottom += heights
+        drawn.add(name)
+    for x, total in zip(xs, bottom):
+        ax.text(x, total, f"{total:.2f}", ha="center", va="bottom", fontsize=8)
+    ax.set_ylim(0, 1.15 * max(float(bottom.max()), 1e-3))
+    return drawn
+
+
 def dissection(path: Path, summary: Summary) -> None:
-    """Mean push and pull latency per mode (the IMC 2020 split), in two panels: left, the
-    whole request, PS and the rest (network and switch) stacked; right, the PS's queueing
-    and service alone on their own scale, thin on the left since in the emulated regime the
-    PS's link, not its CPU, sets the pace. The note says which regime the run was in."""
-    fig, (whole, ps) = plt.subplots(1, 2, figsize=(11, 4.6))
-    modes = ("server", "offload")
-    kinds = ("push", "pull")
-    xs, labels, totals, queue, service, rest, by_switch = [], [], [], [], [], [], []
+    """Where a request's time goes, per mode and kind (the IMC 2020 split, from ready to
+    reply): left, the mean over every request (a request the switch answered spends no
+    time at the PS); middle, the requests the PS answered, sent once; right, the PS's
+    requests in flight over each phase, at the PS and toward it."""
+    fig, (every, ps_path, flight) = plt.subplots(
+        1, 3, figsize=(15, 5.2), gridspec_kw={"width_ratios": [1, 1, 1.3]}
+    )
+    modes, kinds = ("server", "offload"), ("push", "pull")
+    xs, labels, whole, served = [], [], [], []
     for i, kind in enumerate(kinds):
         for j, mode in enumerate(modes):
             d = summary["modes"][mode]["latency_dissection"][kind]
             xs.append(i * 2.6 + j)
-            labels.append(f"{kind}\n{LABELS[mode]}")
-            totals.append((d["mean_total_us"] or 0.0) / 1000)
-            queue.append((d["mean_ps_queueing_us"] or 0.0) / 1000)
-            service.append((d["mean_ps_service_us"] or 0.0) / 1000)
-            rest.append((d["mean_network_and_switch_us"] or 0.0) / 1000)
-            by_switch.append(d["answered_by_switch"] / d["requests"] if d["requests"] else 0.0)
-    xs_a, queue_a, service_a = np.array(xs), np.array(queue), np.array(service)
-    ps_ms = queue_a + service_a
-    colors = {"queue": "tab:orange", "service": "tab:purple", "rest": "0.55"}
-    whole.bar(xs_a, rest, color=colors["rest"], width=0.8)
-    whole.bar(xs_a, queue_a, bottom=rest, color=colors["queue"], width=0.8)
-    whole.bar(xs_a, service_a, bottom=np.array(rest) + queue_a, color=colors["service"], width=0.8)
-    for x, total, share in zip(xs, totals, by_switch):
-        answered = f"\n{share:.0%} answered\nby the switch" if share else ""
-        whole.text(x, total, f"{total:.2f} ms{answered}", ha="center", va="bottom", fontsize=8)
-    whole.set_ylim(0, 1.3 * max(max(totals), 1e-3))
-    whole.set_ylabel("mean latency per request (ms)")
-    whole.set_title("whole request", fontsize=10)
-    ps.bar(xs_a, queue_a * 1000, color=colors["queue"], width=0.8)
-    ps.bar(xs_a, service_a * 1000, bottom=queue_a * 1000, color=colors["service"], width=0.8)
-    for x, value in zip(xs, ps_ms * 1000):
-        ps.text(x, value, f"{value:.0f} µs", ha="center", va="bottom", fontsize=8)
-    ps.set_ylim(0, 1.2 * max(float(ps_ms.max()) * 1000, 1.0))
-    ps.set_ylabel("mean PS time per request (µs)")
-    ps.set_title("the PS's share, on its own scale", fontsize=10)
-    for ax in (whole, ps):
-        ax.set_xticks(xs, labels, fontsize=9)
+            share = d["answered_by_switch"] / d["requests"] if d["requests"] else 0.0
+            labels.append(f"{kind}\n{LABELS[mode]}" + (f"\n({share:.0%} switch)" if share else ""))
+            whole.append(_components(d, "components_us"))
+            served.append(_components(d, "ps_served_components_us"))
+    drawn = _stack(every, xs, whole) | _stack(ps_path, xs, served)
+    every.set_title("every request (mean)", fontsize=10)
+    ps_path.set_title("requests the PS answered, sent once (mean)", fontsize=10)
+    for ax in (every, ps_path):
+        ax.set_xticks(xs, labels, fontsize=8.5)
+        ax.set_ylabel("ms per request, ready to reply")
         ax.grid(alpha=0.3, axis="y")
-    handles = [
-        Patch(color=colors["rest"], label="network + switch (incl. the PS link's queue)"),
-        Patch(color=colors["queue"], label="PS queueing"),
-        Patch(color=colors["service"], label="PS service"),
+    handles: list[Artist] = [
+        Patch(color=color, label=label)
+        for name, (label, color) in COMPONENT_STYLE.items()
+        if name in drawn
     ]
+    for mode in modes:
+        series = summary["modes"][mode].get("ps_in_flight")
+        if not series:
+            continue
+        t = np.arange(len(series["at_ps"])) * series["bin_s"]
+        flight.plot(t, series["to_ps"], color=COLORS[mode], lw=1.2, ls="--")
+        flight.plot(t, series["at_ps"], color=COLORS[mode], lw=1.2)
+        handles.append(Line2D([], [], color=COLORS[mode], label=f"{LABELS[mode]}: at the PS"))
+        handles.append(
+            Line2D([], [], color=COLORS[mode], ls="--", label=f"{LABELS[mode]}: toward the PS")
+        )
+    flight.set_xlabel("time since the phase's first request (s)")
+    flight.set_ylabel("requests in flight (mean per bin)")
+    flight.set_title("the PS's requests in flight", fontsize=10)
+    flight.grid(alpha=0.3)
+    basis = summary["modes"]["offload"].get("latency_dissection_basis")
+    how = f"{dissection_basis_text(basis)} " if basis else ""
     fid = summary.get("fidelity") or {}
     if fid.get("warning"):
         regime, color = f"WARNING, {fid['warning']}", "tab:red"
     else:
         regime, color = f"regime: {fid.get('bottleneck', '?')} (both phases)", "black"
     note = (
-        f"{regime}. Means over all requests; one the switch answered spends no time at "
-        "the PS (counted 0 on the right)."
+        f"{regime}. One clock (CLOCK_REALTIME) for workers, PS and kernel. {how}"
+        "At the PS: received, not yet answered; toward the PS: sent, not yet answered by it."
     )
-    finish_figure(fig, path, "Where a request's time goes", short_config(summary), handles, 3,
+    finish_figure(fig, path, "Where a request's time goes", short_config(summary), handles, 5,
             note=note, note_color=color)  # fmt: skip
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from experiment.config import HotSetMode, HotSetSource
 from experiment.configline import config_line
+from experiment.dissection import basis_text as dissection_basis_text
 from experiment.fidelity import LINK_REGIME
 from experiment.results import PhaseResult
 from experiment.schema import OffloadHotSet, Summary, dumps_summary
@@ -32,9 +33,11 @@ CAPTIONS = {
     "by the packets of hot keys that the switch aggregates.",
     "skew.png": "Warm-up updates per key by rank and their cumulative share: the hot set is "
     "the head up to the budget or the one-update-per-iteration floor, whichever comes first.",
-    "latency_dissection.png": "Where a request's mean time goes: left, the whole request "
-    "(mostly the network and switch, where offload saves time); right, the PS's queueing "
-    "and service on their own scale.",
+    "latency_dissection.png": "Where a request's mean time goes, ready to reply, stacked "
+    "by component (the table above gives the numbers): left over every request, middle "
+    "over those the PS answered, where the PS link's queue is what offload shortens; right, "
+    "the PS's requests in flight over each phase, at the PS (received, unanswered) and "
+    "toward it (sent, unanswered).",
     "loss_curve.png": "Training loss per iteration: the two modes must draw one curve, since "
     "offload changes where updates are summed, not their result.",
     "coverage.png": "Share of each iteration's updates the switch summed, against the best "
@@ -352,6 +355,71 @@ def link_table(summary: Mapping[str, Any]) -> list[str]:
     ]
 
 
+DISSECTION_COLUMNS = (
+    ("window", "window"),
+    ("to_switch", "to switch"),
+    ("switch", "switch"),
+    ("ps_link", "PS link"),
+    ("ps_socket", "PS socket"),
+    ("ps_held", "held"),
+    ("ps_service", "service"),
+    ("back", "back"),
+    ("unsplit", "unsplit"),
+)
+
+
+def dissection_lines(summary: Mapping[str, Any]) -> list[str]:
+    """report.md's dissection: each mode's and kind's mean components (µs), what the
+    derived ones rest on, and the PS's requests in flight; [] for a summary without them."""
+    rows = []
+    for mode in MODES:
+        for kind in ("push", "pull"):
+            d = summary["modes"][mode]["latency_dissection"].get(kind) or {}
+            comps = d.get("components_us")
+            if not comps:
+                return []
+            cells = " | ".join(_us(comps[name]) for name, _ in DISSECTION_COLUMNS)
+            rows.append(
+                f"| {LABELS[mode]} | {kind} | {d['requests']} ({d['answered_by_switch']} switch, "
+                f"{d['resent']} resent) | {_us(d['mean_ready_to_reply_us'])} | {cells} |"
+            )
+    heads = " | ".join(label for _, label in DISSECTION_COLUMNS)
+    lines = [
+        "Mean µs per request from ready to reply (experiment/dissection.py says how each "
+        "part is measured or derived):",
+        "",
+        f"| mode | kind | requests | total | {heads} |",
+        "|---" * (4 + len(DISSECTION_COLUMNS)) + "|",
+        *rows,
+        "",
+    ]
+    basis = summary["modes"]["offload"].get("latency_dissection_basis")
+    if basis:
+        drift = basis["max_wall_clock_drift_us"]
+        lines.append(
+            f"One clock for every timestamp: {basis['clock']} (the workers' monotonic and wall "
+            f"clocks moved at most {_us(drift)} µs apart). {dissection_basis_text(basis)}"
+        )
+    flights = []
+    for mode in MODES:
+        f = summary["modes"][mode].get("ps_in_flight")
+        if f:
+            flights.append(
+                f"{LABELS[mode]} {f['mean_at_ps']:.1f} at the PS (max {f['max_at_ps']}), "
+                f"{f['mean_to_ps']:.1f} toward it (max {f['max_to_ps']})"
+            )
+    if flights:
+        lines += [
+            "",
+            "The PS's requests in flight, mean over the phase: " + "; ".join(flights) + ".",
+        ]
+    return lines
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
 def _bytes(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
@@ -369,6 +437,7 @@ def write_markdown(run_dir: Path, summary: Summary, figures: list[tuple[str, str
     the bound with the busiest links and the figures, each with what to read from it."""
     verdict = verdict_lines(summary) or ["no fidelity verdict (no measured phase had one)"]
     details = (summary.get("fidelity") or {}).get("details") or {}
+    dissection = dissection_lines(summary)
     lines = [
         f"# Run {run_dir.name}",
         "",
@@ -387,6 +456,7 @@ def write_markdown(run_dir: Path, summary: Summary, figures: list[tuple[str, str
         "",
         *bound_comparison(summary),
         "",
+        *(["## Where a request's time goes", "", *dissection, ""] if dissection else []),
         "## Figures",
         "",
         *figure_markdown(figures),

@@ -49,15 +49,56 @@ class Quantiles(TypedDict):
     mean: float | None
 
 
-class LatencySplit(TypedDict):
-    """Where a request kind's mean time went (the IMC 2020 split), in microseconds."""
-
+class _LatencySplit(TypedDict):
     requests: int
     answered_by_switch: int
-    mean_total_us: float | None
-    mean_ps_queueing_us: float | None
+    mean_total_us: float | None  # first send -> reply
+    mean_ps_queueing_us: float | None  # kernel receive -> start of the answer
     mean_ps_service_us: float | None
-    mean_network_and_switch_us: float | None
+    mean_network_and_switch_us: float | None  # the rest of mean_total_us
+
+
+class LatencySplit(_LatencySplit, total=False):
+    """Where a request kind's mean time went (the IMC 2020 split), in microseconds; the
+    components are experiment/dissection.py's (its module doc says how each is measured or
+    derived). Means are over all the kind's requests, so the components add up to
+    mean_ready_to_reply_us."""
+
+    resent: int  # requests sent more than once: their time after the first send is `unsplit`
+    unmatched: int  # requests the PS answered with no PS record of it (also `unsplit`)
+    negative_segments: int  # PS-served requests with a measured segment below -1 µs
+    mean_ready_to_reply_us: float | None  # mean_total_us plus the wait for the window
+    components_us: dict[str, float | None]  # dissection.COMPONENTS -> mean
+    # the same over the requests the PS answered, sent once: the PS path alone
+    ps_served_components_us: dict[str, float | None]
+
+
+class DissectionBasis(TypedDict):
+    """What a mode's dissection rests on: the clock, the link rate serialization is derived
+    at, and the estimate of one pass through the switch."""
+
+    clock: str
+    link_mbps: float | None
+    # the worker links delay a packet by its serialization (None: no request to tell by)
+    link_serializes: bool | None
+    switch_pass_us: dict[str, float]  # per kind: median over switch-answered requests
+    switch_pass_samples: dict[str, int]  # per kind (0: none answered, the pass counted 0)
+    max_wall_clock_drift_us: float | None  # the workers' monotonic vs wall clock by the end
+
+
+class InFlight(TypedDict):
+    """The PS's requests in flight over a phase, as mean counts per bin of `bin_s` from
+    `start` (wall clock, s): at the PS (received, not yet answered) and toward it (sent by
+    a worker, not yet answered by the PS)."""
+
+    start: float
+    bin_s: float
+    at_ps: list[float]
+    to_ps: list[float]
+    mean_at_ps: float
+    max_at_ps: int
+    mean_to_ps: float
+    max_to_ps: int
 
 
 class LinkBytes(TypedDict):
@@ -93,6 +134,8 @@ class ModeSummary(_ModeSummary, total=False):
     # pulls the PS answered, by staleness: iterations whose sums the value lacked (0 in BSP;
     # up to S under SYNC=ssp:S; docs/design.md section 8)
     staleness: dict[str, int]
+    latency_dissection_basis: DissectionBasis
+    ps_in_flight: InFlight | None  # None: no request reached the PS
 
 
 class WarmupHotSet(TypedDict):

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from experiment import fidelity
+from experiment import dissection, fidelity
 from experiment.results import PhaseResult, ps_rows, worker_rows
 from experiment.schema import (
     SCHEMA_VERSION,
@@ -51,11 +51,19 @@ def params_sha256(phase: PhaseResult, shards: int) -> str:
     )
 
 
-def dissect(wrows: list[dict[str, str]], prows: list[dict[str, str]]) -> dict[str, LatencySplit]:
+def dissect(
+    wrows: list[dict[str, str]],
+    prows: list[dict[str, str]],
+    link_mbps: float | None = None,
+    switch_us: Mapping[str, float] | None = None,
+) -> dict[str, LatencySplit]:
     """Per request kind: where a request's time goes (the IMC 2020 split). A request served
     by the PS is matched with the PS's first record of it (worker, seq); its time is PS
     queueing (arrival -> start of service), PS service (start -> reply) and the rest,
-    network and switch. A request the switch answered is all network and switch."""
+    network and switch. A request the switch answered is all network and switch. Each
+    kind then gets experiment/dissection.py's components (serialization at `link_mbps`,
+    None where the links do not serialize; `switch_us`: one switch pass per kind)."""
+    records = dissection.ps_records(prows)
     first: dict[tuple[str, str, str], dict[str, str]] = {}
     for r in prows:
         first.setdefault((r["op"], r["worker"], r["seq"]), r)
@@ -88,6 +96,8 @@ def dissect(wrows: list[dict[str, str]], prows: list[dict[str, str]]) -> dict[st
             "mean_ps_service_us": s,
             "mean_network_and_switch_us": rest,
         }
+        pass_us = (switch_us or {}).get(kind, 0.0)
+        out[kind] = dissection.extend(out[kind], kind, wrows, records, link_mbps, pass_us)
     return out
 
 
@@ -134,12 +144,18 @@ def mode_summary(
     model_links: Mapping[str, float] | None = None,
     iterations: int = 0,
     shared_switch: bool = False,
+    link_mbps: float | None = None,
+    link_serializes: bool | None = None,
+    switch_pass: Mapping[str, tuple[float, int]] | None = None,
 ) -> ModeSummary:
     """One measured phase's numbers; `model_links`: the model's bytes per iteration on each
     directed link in this mode, `iterations`: the phase's (0: its workers' own count);
-    `shared_switch`: other jobs use the same switches (their counters count those jobs too)."""
+    `shared_switch`: other jobs use the same switches (their counters count those jobs too);
+    `link_mbps`, `link_serializes` and `switch_pass` (per kind: µs, samples): what the
+    dissection derives from (experiment/dissection.py)."""
     wrows = worker_rows(phase, workers)
     prows = ps_rows(phase, shards)
+    records = dissection.ps_records(prows)
     lat: dict[str, list[float]] = defaultdict(list)
     for r in wrows:
         lat[r["kind"]].append(float(r["latency_us"]) / 1000)
@@ -168,7 +184,19 @@ def mode_summary(
         "ps_packets_per_iteration": [
             per_iter.get(t, 0) for t in range(1, max(per_iter, default=0) + 1)
         ],
-        "latency_dissection": dissect(wrows, prows),
+        "latency_dissection": dissect(
+            wrows,
+            prows,
+            link_mbps if link_serializes else None,
+            {kind: us for kind, (us, _) in (switch_pass or {}).items()},
+        ),
+        "latency_dissection_basis": dissection.basis(
+            link_mbps,
+            link_serializes,
+            switch_pass or {},
+            (w.get("wall_clock_drift_us", 0.0) for w in phase.worker_summaries),
+        ),
+        "ps_in_flight": dissection.in_flight(wrows, records),
         "switch_stats": phase.switch_stats,
         "iteration_ms": quantiles(lat["iteration"]),
         "push_ms": quantiles(lat["push"]),
@@ -242,6 +270,7 @@ def write_latency_csv(path: Path, phases: dict[str, PhaseResult], workers: int) 
         "iteration",
         "seq",
         "entries",
+        "ready",
         "sent",
         "reply",
         "latency_us",
@@ -271,6 +300,11 @@ def build_summary(
     the bound, the hot set of each phase and the fidelity verdict."""
     sha = {m: params_sha256(phases[m], shards) for m in MODES}
     loads = {"server": model["server"], "offload": model["offload"]} if model else {}
+    # One switch pass, from the requests the switch answered (offload's), for both modes.
+    link_mbps = dissection.link_rate(config.get("link_bandwidth_mbps"))
+    offload_rows = worker_rows(phases["offload"], workers)
+    serializes = dissection.link_serializes(offload_rows, link_mbps)
+    switch_pass = dissection.switch_pass_us(offload_rows, link_mbps, serializes)
     modes = {
         m: mode_summary(
             phases[m],
@@ -280,6 +314,9 @@ def build_summary(
             loads[m]["links"] if loads else None,
             config["iterations"],
             shared_switch,
+            link_mbps,
+            serializes,
+            switch_pass,
         )
         for m in MODES
     }

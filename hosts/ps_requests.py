@@ -80,7 +80,8 @@ class RequestHandler:
         row: RowWriter,
     ) -> None:
         self.cfg, self.params, self.barrier, self.counters = config, params, barrier, counters
-        self._send, self._row = send, row
+        self._send_datagram, self._row = send, row
+        self._sent_at = 0.0  # when the last reply was handed to the socket (the log's `reply`)
         # the job's workers, then the remote leaves' pseudo-workers (design.md section 7)
         self._pseudo = {leaf.pseudo_worker for leaf in config.leaves}
         ids = max([config.n_workers, *(p + 1 for p in self._pseudo)])
@@ -137,7 +138,13 @@ class RequestHandler:
         if result not in ("barrier", "collect_reply", "writeback_ack"):
             replied = result in ("accepted", "dup", "reack")
             name = _OP_NAMES.get(m.op) or str(m.op)
-            self._row(arrival, start, time.time() if replied else None, name, m, result, addr)
+            self._row(arrival, start, self._sent_at if replied else None, name, m, result, addr)
+
+    def _send(self, data: bytes, addr: Address) -> None:
+        # Stamped before the send: the receiver may get the reply, and the core, before
+        # sendto returns, and the latency dissection reads this time as the reply's.
+        self._sent_at = time.time()
+        self._send_datagram(data, addr)
 
     def _keys_ok(self, keys: tuple[int, ...]) -> bool:
         n, shard, space = self.cfg.n_shards, self.cfg.shard, self.cfg.key_space
@@ -242,7 +249,7 @@ class RequestHandler:
         self.staleness[stale] += 1
         self._send(reply, addr)
         self.counters["pull"] += 1
-        self._row(arrival, start, time.time(), "PULL", m, "replied", addr, stale)
+        self._row(arrival, start, self._sent_at, "PULL", m, "replied", addr, stale)
 
     def _on_done(self, m: Message, addr: Address, arrival: float, start: float) -> str:
         b = self.barrier

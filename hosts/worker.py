@@ -83,9 +83,10 @@ from hosts.stats import CsvLog, load_hot_keys, write_json
 
 # Request log (--log): one row per completed request. kind = pull | push | done | iteration;
 # seq = push seq / pull number / shard index; hot = entries the worker believed hot when it
-# sent them; sent/reply = wall clock (s) of the first send and of the reply; latency_us from a
-# monotonic clock; retransmits; from_switch = the reply carried FROM_SWITCH; mask = reply mask;
-# loss only on `iteration` rows (whose sent/reply span the whole iteration).
+# sent them; ready = wall clock (s) when it was handed to the channel (ready -> sent: the wait
+# for the window); sent/reply = wall clock (s) of the first send and of the reply; latency_us
+# from a monotonic clock; retransmits; from_switch = the reply carried FROM_SWITCH; mask =
+# reply mask; loss only on `iteration` rows (whose sent/reply span the whole iteration).
 LOG_COLUMNS = (
     "kind",
     "iteration",
@@ -93,6 +94,7 @@ LOG_COLUMNS = (
     "shard",
     "entries",
     "hot",
+    "ready",
     "sent",
     "reply",
     "latency_us",
@@ -301,6 +303,7 @@ class Worker:
                 "",
                 n,
                 "",
+                "",
                 f"{sent:.6f}",
                 f"{reply:.6f}",
                 f"{elapsed * 1e6:.1f}",
@@ -325,6 +328,11 @@ class Worker:
             "hot_keys": r.hot_keys,
             "congestion": self._data.window.describe(),
             "rtt_max_ms": round(1e3 * self._data.max_rtt, 3),
+            # how far the wall clock moved from the log's monotonic times since the start
+            # (the latency dissection compares them with the PS's wall-clock times)
+            "wall_clock_drift_us": round(
+                (time.time() - time.perf_counter() - self._wall_offset) * 1e6, 1
+            ),
             "workload": self.workload.describe(),
             "compute": None
             if self.cfg.compute is None
@@ -466,6 +474,7 @@ class Worker:
         after the first sends (work that overlaps the wait); its result is returned."""
         result = None
         log = self._log.write
+        ready = f"{time.perf_counter() + self._wall_offset:.6f}"  # the log's `ready`
         ch.submit(reqs)
         while ch.busy():
             if self._stop.is_set():
@@ -503,6 +512,7 @@ class Worker:
                         r.context.shard,
                         len(r.msg.keys),
                         r.context.hot,
+                        ready,
                         f"{r.first + self._wall_offset:.6f}",
                         f"{done + self._wall_offset:.6f}",
                         f"{(done - r.first) * 1e6:.1f}",

@@ -205,7 +205,9 @@ def worker_log(path: Path, rows: list[tuple[str, int, int, int]]) -> None:
     """rows: (kind, iteration, entries, mask) in the worker's own log format."""
     log = CsvLog(str(path), LOG_COLUMNS)
     for kind, t, n, mask in rows:
-        log.write((kind, t, 1, 0, n, 0, "1.0", "1.1", "100.0", 0, 0, mask, ""))
+        row = {"kind": kind, "iteration": t, "seq": 1, "shard": 0, "entries": n, "hot": 0}
+        row |= {"sent": "1.0", "reply": "1.1", "latency_us": "100.0", "mask": mask}
+        log.write(tuple(row.get(column, "") for column in LOG_COLUMNS))
     log.close()
 
 

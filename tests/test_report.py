@@ -183,6 +183,14 @@ def model_bound(
     }
 
 
+def worker_row(kind: str, t: int, seq: int, latency_us: float, from_switch: int) -> tuple:
+    """A worker log row (hosts/worker.py LOG_COLUMNS) of 8 entries, sent at 1.0 s."""
+    row = {"kind": kind, "iteration": t, "seq": seq, "shard": 0, "entries": 8, "hot": 0}
+    row |= {"sent": 1.0, "reply": 1.1, "latency_us": latency_us, "retransmits": 0}
+    row |= {"from_switch": from_switch, "mask": 0}
+    return tuple(row.get(column, "") for column in WORKER_COLUMNS)
+
+
 def write_phase(
     directory: Path, iteration_ms: float, by_switch: bool, keys: int = 0
 ) -> PhaseResult:
@@ -197,10 +205,10 @@ def write_phase(
             for kind, ms in (("pull", iteration_ms / 4), ("push", iteration_ms / 3)):
                 seq += 1
                 switch = by_switch and kind == "pull" and t == 2
-                log.write((kind, t, seq, 0, 8, 0, 1.0, 1.1, 1000 * ms, 0, int(switch), 0, ""))
+                log.write(worker_row(kind, t, seq, 1000 * ms, int(switch)))
                 if not switch:
                     ps.write((1.0, 1.0002, 1.0005, kind.upper(), w, seq, t, 8, 0, "accepted", ""))
-            log.write(("iteration", t, 0, 0, 8, 0, 1.0, 1.1, 1000 * iteration_ms, 0, 0, 0, ""))
+            log.write(worker_row("iteration", t, 0, 1000 * iteration_ms, 0))
         log.close()
     ps.close()
     np.save(directory / "params0.npy", np.arange(16, dtype=np.int64))
