@@ -67,7 +67,8 @@ RUN ?=
 BMV2_BINARY ?= simple_switch_grpc
 export BMV2_BINARY
 # make sweep's lists (SEEDS=1,2,3; SHARDS=1,2: PS shards per point; LEAVES=2,4 with
-# HOSTS_PER_LEAF=2,4: each point on leafspine:L:H instead of a star); make test's pytest
+# HOSTS_PER_LEAF=2,4: each point on leafspine:L:H instead of a star; COMPUTE, STRAGGLERS
+# and SYNC too, COMPUTE='0;20ms' and STRAGGLERS='none;1:3' by `;`); make test's pytest
 # arguments (PYTEST_ARGS='-k cli -x').
 SEEDS ?=
 SHARDS ?=
@@ -118,10 +119,11 @@ help:
 	@echo "make sweep: the grid's lists WORKERS=4,8,16 SKEW=1.1,1.3 HOT_SLOTS=256 LOSS=0 BW=2 SEEDS=1,2"
 	@echo "  SHARDS=1 (its defaults); LEAVES=2,4 HOSTS_PER_LEAF=2,4: leafspine:L:H points (every worker"
 	@echo "  host, no WORKERS), AGGREGATE=ps-leaf,leaves (leaves: with LEAVES only), JOBS=1,2 (J jobs"
-	@echo "  of WORKERS each, a row per job); for every run"
+	@echo "  of WORKERS each, a row per job), SYNC=bsp (e.g. bsp,ssp:2,async), and ;-separated since"
+	@echo "  their values hold commas: COMPUTE=none (e.g. '0;20ms;normal:60ms,10ms'), STRAGGLERS=none"
+	@echo "  (e.g. 'none;1:3'; a point without compute runs without); for every run"
 	@echo "  ITERATIONS=30, TARGET, KEYS, WORKLOAD, TRACE, WORKLOAD_ARGS, HOTSET, HOTSET_SOURCE, DRIFT, SPLIT,"
-	@echo "  COMPUTE, STRAGGLERS, REAL_BW, SYNC,"
-	@echo "  SWITCH_RESTARTS, GRPC_PORT, PREFIX, BMV2_BINARY; it refuses SEED (use SEEDS), TOPO, PS"
+	@echo "  REAL_BW, SWITCH_RESTARTS, GRPC_PORT, PREFIX, BMV2_BINARY; it refuses SEED (use SEEDS), TOPO, PS"
 	@echo "  and KEEP (make run's)"
 	@echo "Other variables: RUN=<id> (make stop)  PYTEST_ARGS=$(PYTEST_ARGS) (make test)  VENV=$(VENV)"
 	@echo "  TEST_WORKERS=$(TEST_WORKERS) (make test's pytest processes; 1: one)"
@@ -186,7 +188,9 @@ run: $(STAMP)
 	    $(if $(filter-out 0 no false,$(KEEP)),--keep); \
 	rc=$$?; [ $$rc -eq 0 ] || echo "make run: the experiment exited with code $$rc" >&2; exit $$rc
 
-# The grid's lists, e.g. make sweep WORKERS=4,8 SKEW=1.1 SEEDS=1,2,3, and make run's variables
+# The grid's lists, e.g. make sweep WORKERS=4,8 SKEW=1.1 SEEDS=1,2,3 SYNC=bsp,async
+# COMPUTE='0;20ms' (COMPUTE's and STRAGGLERS' values hold commas, so `;` separates them,
+# quoted for the shell), and make run's variables
 # that every run of the grid takes as they are: only variables given on the command line are
 # passed (the sweep's own defaults otherwise, not make run's). BMV2_BINARY reaches the runs
 # through the environment. A make run variable the sweep cannot honour is refused, before

@@ -53,6 +53,17 @@ CAPTIONS = {
     "and skew (the star points).",
     "shards.png": "Iteration p50 of server-only with S PS shards against one PS plus the "
     "switch: does a switch do what another server would?",
+    "speedup_vs_compute.png": "Where offload's gain goes as compute grows: measured p50 "
+    "speed-up (mean over seeds, band: their range; x: not network-bound) and the model with "
+    "compute (dashed; synchronous, so bsp's line is the one to hold to it), a line per SYNC "
+    "mode, each starting from the point without compute (and so without stragglers). "
+    "Offload saves time on the PS link only, so the speed-up falls toward 1 as compute "
+    "takes more of the iteration.",
+    "speedup_vs_staleness.png": "Each run's p50 speed-up against offload's mean staleness of "
+    "the PS's pull replies (iterations whose sums a pulled value lacked): marker by SYNC "
+    "mode, colour by compute. bsp sits at 0; an ssp or async point below bsp's of its "
+    "colour lost offload's gain as its workers drifted apart (the switch sums a push only "
+    "into a slot copy the PS has read, the rest go to the PS: SLOT_BUSY).",
 }
 
 

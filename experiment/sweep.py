@@ -5,6 +5,8 @@
         [--keys N] [--workload W] [--hotset dynamic] [--drift ...] (FIXED_RUN_OPTIONS:
         make run's options, given to every run as they are)
     python -m experiment sweep --leaves 2,4 --hosts-per-leaf 2,4 --aggregate ps-leaf,leaves ...
+    python -m experiment sweep --compute '0;20ms;normal:60ms,10ms' --stragglers 'none;1:3'
+        --sync bsp,ssp:2,async ...  (COMPUTE's and STRAGGLERS' values hold commas: `;` lists)
 
 Each point of the grid (the product of the lists) is a `python -m experiment run` of its
 own, on a generated star with as many workers as the point has (`star:N`, or `star:N:S` for
@@ -21,7 +23,11 @@ section 7), so each point is exactly what `make run` would measure. sweeps/<id>/
   (dashed), of the star points only (a leaf-spine's workers follow from L and H, and
   its designs differ: those points are in speedup_vs_bound.png); ps_packets.png: PS
   packets per iteration of both modes (stars); shards.png where --shards has 2 or more: server-only
-  with S PS shards against one PS plus the switch;
+  with S PS shards against one PS plus the switch; speedup_vs_compute.png where --compute
+  has two or more values: measured speed-up (mean over seeds, band over seeds) and the
+  model with compute (dashed) against the emulated compute per iteration, a line per SYNC
+  mode (and per other axis the grid varies); speedup_vs_staleness.png where --sync has two
+  or more: each run's speed-up against offload's mean staleness of the PS's pull replies;
   every figure titled with the grid's configuration line;
 - report.md, built as a run's: the grid's configuration line, the table, the fidelity
   verdicts (for every faithful point whether the measured speed-up is within 15% of the
@@ -34,6 +40,7 @@ import argparse
 import csv
 import itertools
 import json
+import re
 import subprocess
 import sys
 import time
@@ -45,6 +52,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from experiment import options
 from experiment.config import Aggregate, PreflightError
 from experiment.configline import ConfigPart, config_parts, join_config
 from experiment.jobs_summary import jobs_row
@@ -58,6 +66,7 @@ from experiment.schema import (
     load_summary,
     model_speedup,
 )
+from hosts.compute import ComputeSpec
 from topologies.switches import REPO_ROOT
 from topologies.targets import TargetName, target_names
 
@@ -74,7 +83,13 @@ DEFAULTS = {
     "seeds": "1,2",
     "shards": "1",
     "jobs": "1",
+    "compute": "none",
+    "stragglers": "none",
+    "sync": "bsp",
 }
+# COMPUTE's and STRAGGLERS' values hold commas (normal:20ms,5ms; 1:3,p=0.1:3), so their
+# lists take this separator; quoted, it passes the make command line and the shell intact.
+VALUE_SEPARATOR = ";"
 
 
 AGGREGATE_DESIGNS = tuple(a.value for a in Aggregate)
@@ -93,6 +108,9 @@ class Point:
     hosts_per_leaf: int = 0
     aggregate: str = Aggregate.PS_LEAF.value
     jobs: int = 1  # J: J jobs of `workers` each share the star's switch (make run JOBS=J)
+    compute: str = ""  # COMPUTE= in its normal form; empty: none
+    stragglers: str = ""  # STRAGGLERS= in its normal form; empty: none (always, without compute)
+    sync: str = "bsp"  # SYNC=
 
     @property
     def topo(self) -> str:
@@ -105,9 +123,12 @@ class Point:
     def label(self) -> str:
         where = f"{self.topo} {self.aggregate} " if self.leaves else ""
         where += f"jobs={self.jobs} " if self.jobs > 1 else ""
+        training = f" compute={self.compute}" if self.compute else ""
+        training += f" stragglers={self.stragglers}" if self.stragglers else ""
+        training += f" sync={self.sync}" if self.sync != "bsp" else ""
         return (
             f"{where}W={self.workers} skew={self.skew:g} slots={self.hot_slots} "
-            f"loss={self.loss:g} bw={self.bw:g} seed={self.seed} shards={self.shards}"
+            f"loss={self.loss:g} bw={self.bw:g} seed={self.seed} shards={self.shards}{training}"
         )
 
 
@@ -120,6 +141,42 @@ def _list(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
         if not values:
             raise argparse.ArgumentTypeError("an empty list")
         return values
+
+    return parse
+
+
+def _run_values(
+    parse_one: Callable[[str], str | None], name: str, separators: str
+) -> Callable[[str], list[str]]:
+    """A list of one `make run` variable's values, each parsed and put in its normal form
+    as the run's option does (`parse_one`; None, none, becomes ""), each value once."""
+
+    def parse(text: str) -> list[str]:
+        items = [item.strip() for item in re.split(f"[{re.escape(separators)}]", text)]
+        if len(items) > 1 and not all(items):
+            raise argparse.ArgumentTypeError(
+                f"{name}={text!r}: an empty value in the list; write none for a point without it"
+            )
+        values = []
+        for item in items:
+            try:
+                values.append(parse_one(item) or "")
+            except argparse.ArgumentTypeError as e:
+                parts = item.split(",")
+                hint = ""
+                if len(parts) > 1 and "," not in separators:
+                    try:  # each comma-separated part a value of its own: a list, meant
+                        [parse_one(part) for part in parts]
+                        hint = (
+                            f"; to give several values, separate them with "
+                            f"'{VALUE_SEPARATOR}' ({name}='{VALUE_SEPARATOR.join(parts)}'), "
+                            "as a value may hold commas"
+                        )
+                    except argparse.ArgumentTypeError:
+                        pass
+                where = f"{name}={text!r}" if len(items) > 1 else name  # e names the value
+                raise argparse.ArgumentTypeError(f"{where}: {e}{hint}") from None
+        return list(dict.fromkeys(values))
 
     return parse
 
@@ -149,10 +206,7 @@ FIXED_RUN_OPTIONS = (
     "grpc_base_port",
     "intf_prefix",
     "split",
-    "compute",
-    "stragglers",
     "real_bw",
-    "sync",
 )
 
 
@@ -219,6 +273,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"where hot keys are summed: {', '.join(AGGREGATE_DESIGNS)} (leaves: every "
         "leaf, only with --leaves; docs/design.md section 7) (default: ps-leaf)",
     )
+    grid_options.add_argument(
+        "--compute",
+        type=_run_values(options.compute, "COMPUTE", VALUE_SEPARATOR),
+        default=DEFAULTS["compute"],
+        metavar="C1;C2;...",
+        help="each worker's compute per iteration (make run COMPUTE=), a list separated by "
+        f"'{VALUE_SEPARATOR}' since a value may hold commas: '0;20ms;normal:60ms,10ms' (0 or "
+        "none: no compute)",
+    )
+    grid_options.add_argument(
+        "--stragglers",
+        type=_run_values(options.stragglers, "STRAGGLERS", VALUE_SEPARATOR),
+        default=DEFAULTS["stragglers"],
+        metavar="S1;S2;...",
+        help="slow workers (make run STRAGGLERS=), a list separated by "
+        f"'{VALUE_SEPARATOR}': 'none;1:3;1:3,p=0.1:3'; stragglers slow compute, so a point "
+        "without compute runs without them",
+    )
+    grid_options.add_argument(
+        "--sync",
+        type=_run_values(options.sync, "SYNC", ",;"),
+        default=DEFAULTS["sync"],
+        help="consistency modes (make run SYNC=): bsp,ssp:2,async",
+    )
     every_run = parser.add_argument_group("every run")
     every_run.add_argument(
         "--iterations", type=int, default=30, help="measured iterations per mode and run"
@@ -275,7 +353,9 @@ def run_arguments(point: Point, args: argparse.Namespace, runs_dir: Path) -> lis
         "--aggregate", point.aggregate, "--iterations", str(args.iterations),
         "--skew", str(point.skew), "--hot-slots", str(point.hot_slots), "--loss", str(point.loss),
         "--bw", str(point.bw), "--seed", seed, "--runs-dir", str(runs_dir),
-        *run_options(args),
+        *(["--compute", point.compute] if point.compute else []),
+        *(["--stragglers", point.stragglers] if point.stragglers else []),
+        "--sync", point.sync, *run_options(args),
     ]  # fmt: skip
 
 
@@ -303,6 +383,7 @@ def grid(args: argparse.Namespace) -> list[Point]:
         raise ValueError(f"--aggregate: {unknown[0]!r}; use {' or '.join(AGGREGATE_DESIGNS)}")
     designs = list(dict.fromkeys(args.aggregate))  # each design once, in the order given
     rest = (args.skew, args.hot_slots, args.loss, args.bw, args.seeds)
+    training = _training(args)
     if not args.leaves:
         if args.hosts_per_leaf:
             raise ValueError("--hosts-per-leaf is H of leafspine:L:H; give --leaves too")
@@ -314,9 +395,9 @@ def grid(args: argparse.Namespace) -> list[Point]:
         if any(j > 1 for j in args.jobs) and args.shards != [1]:
             raise ValueError("--jobs: each job has one PS; leave --shards at 1")
         return [
-            Point(w, skew, slots, loss, bw, seed, shards, aggregate=a, jobs=j)
-            for w, skew, slots, loss, bw, seed, shards, a, j in itertools.product(
-                args.workers, *rest, args.shards, designs, args.jobs
+            Point(w, skew, slots, loss, bw, seed, shards, aggregate=a, jobs=j, **train)
+            for w, skew, slots, loss, bw, seed, shards, a, j, train in itertools.product(
+                args.workers, *rest, args.shards, designs, args.jobs, training
             )
         ]
     given: frozenset[str] = getattr(args, "given", frozenset())
@@ -334,10 +415,41 @@ def grid(args: argparse.Namespace) -> list[Point]:
     if too_small := [(n, h) for n in args.leaves for h in args.hosts_per_leaf if n * h < 2]:
         raise ValueError(f"leafspine:{too_small[0][0]}:{too_small[0][1]} has no worker host")
     return [
-        Point(n * h - 1, skew, slots, loss, bw, seed, 1, leaves=n, hosts_per_leaf=h, aggregate=a)
-        for n, h, skew, slots, loss, bw, seed, a in itertools.product(
-            args.leaves, args.hosts_per_leaf, *rest, designs
+        Point(
+            n * h - 1,
+            skew,
+            slots,
+            loss,
+            bw,
+            seed,
+            1,
+            leaves=n,
+            hosts_per_leaf=h,
+            aggregate=a,
+            **train,
         )
+        for n, h, skew, slots, loss, bw, seed, a, train in itertools.product(
+            args.leaves, args.hosts_per_leaf, *rest, designs, training
+        )
+    ]
+
+
+def _training(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The product of --compute, --stragglers and --sync: each point's compute, stragglers
+    and sync, each combination once. Stragglers slow compute (a run refuses them without),
+    so a point without compute takes none: with --compute '0;20ms' --stragglers 'none;1:3'
+    the no-compute point runs once, not twice."""
+    combos = [
+        (compute, stragglers if compute else "", sync)
+        for compute, stragglers, sync in itertools.product(
+            getattr(args, "compute", [""]),
+            getattr(args, "stragglers", [""]),
+            getattr(args, "sync", ["bsp"]),
+        )
+    ]
+    return [
+        {"compute": compute, "stragglers": stragglers, "sync": sync}
+        for compute, stragglers, sync in dict.fromkeys(combos)
     ]
 
 
@@ -413,10 +525,34 @@ def row_of(
         "model_error": round(measured / bound - 1, 4) if measured and bound else None,
         "faithful": (summary.get("fidelity") or {}).get("faithful"),
         "regime": regime_text(summary.get("fidelity") or {}),
+        "compute_ms": compute_ms(summary),
+        "offload_staleness": mean_staleness(_staleness(summary, "offload")),
         **flatten(summary),
         **(extra or {}),
         **({"run_dir": str(run_dir)} if run_dir is not None else {}),
     }
+
+
+def compute_ms(summary: Summary) -> float:
+    """The mean compute per iteration COMPUTE= asks for, in the run's emulated time (a
+    real: one times the run's time scale), in ms; 0 without compute. Stragglers not
+    counted: this is the grid's axis, the same for every seed."""
+    block = summary.get("compute")
+    spec = ComputeSpec.parse(block["emulated"] if block else "")
+    return round(spec.mean_ms(), 3) if spec else 0.0
+
+
+def _staleness(summary: Summary, mode: str) -> dict[str, int] | None:
+    measured = (summary.get("modes") or {}).get(mode)
+    return measured.get("staleness") if measured else None
+
+
+def mean_staleness(counts: dict[str, int] | None) -> float | None:
+    """The mean staleness of the pulls the PS answered (modes.<mode>.staleness: iterations
+    lacking -> pulls); None where the run recorded none."""
+    if not counts or not sum(counts.values()):
+        return None
+    return round(sum(int(k) * n for k, n in counts.items()) / sum(counts.values()), 4)
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -451,6 +587,11 @@ def _column(name: str, per: str | None = None) -> Callable[[dict], float | None]
 
 def _values(points: Iterable[Point], attr: str) -> str:
     return ",".join(f"{v:g}" for v in sorted({getattr(p, attr) for p in points}))
+
+
+def _texts(points: Iterable[Point], attr: str, separator: str) -> str:
+    """A text axis's values in the grid's order, none for an empty one."""
+    return separator.join(dict.fromkeys(getattr(p, attr) or "none" for p in points))
 
 
 def _design(row: dict[str, Any]) -> str:
@@ -505,6 +646,17 @@ def grid_config(summaries: list[Summary], points: list[Point]) -> list[ConfigPar
         "hot_slots": ConfigPart("hot_slots", f"hot slots {_values(points, 'hot_slots')}", ""),
         "loss": ConfigPart("loss", f"loss {_values(points, 'loss')}", ""),
         "seed": ConfigPart("seed", f"seeds {_values(points, 'seed')}", ""),
+        "compute": ConfigPart(
+            "compute",
+            f"compute {_texts(points, 'compute', VALUE_SEPARATOR)}",
+            f"compute {_texts(points, 'compute', VALUE_SEPARATOR)}",
+        ),
+        "stragglers": ConfigPart(
+            "stragglers", f"stragglers {_texts(points, 'stragglers', VALUE_SEPARATOR)}", ""
+        ),
+        "sync": ConfigPart(
+            "sync", f"SYNC={_texts(points, 'sync', ',')}", _texts(points, "sync", ",")
+        ),
     }
     merged = []
     for name in names:
@@ -653,6 +805,15 @@ def plot(rows: list[dict[str, Any]], out: Path, config: str = "") -> list[str]:
         finish_figure(fig, out / name, f"Speed-up by {xlabel}", config, handles)
         made.append(name)
 
+    # one job per run: several jobs' model counts no compute (make run refuses it)
+    single = [r for r in rows if "point.job" not in r]
+    if len({r["point.compute"] for r in single}) > 1:
+        speedup_vs_compute(single, out / "speedup_vs_compute.png", config)
+        made.append("speedup_vs_compute.png")
+    if len({r["point.sync"] for r in single}) > 1:
+        speedup_vs_staleness(single, out / "speedup_vs_staleness.png", config)
+        made.append("speedup_vs_staleness.png")
+
     if not one_ps:
         return made
     fig, ax = plt.subplots(figsize=(7, 4.8))
@@ -705,6 +866,160 @@ def plot(rows: list[dict[str, Any]], out: Path, config: str = "") -> list[str]:
     return made
 
 
+# A series of speedup_vs_compute.png: every point field but the compute and the seed, each
+# named (in the legend) by its short name where the grid varies it.
+SERIES_FIELDS = {
+    "point.sync": "",
+    "point.stragglers": "stragglers ",
+    "point.topo": "",
+    "point.aggregate": "",
+    "point.workers": "W=",
+    "point.skew": "skew ",
+    "point.hot_slots": "slots ",
+    "point.loss": "loss ",
+    "point.bw": "bw ",
+}
+
+
+def speedup_vs_compute(rows: list[dict[str, Any]], path: Path, config: str) -> None:
+    """Where offload's gain goes as compute grows: the measured iteration p50 speed-up
+    (mean over seeds, the band spanning them; x where a run was not network-bound) and the
+    model with compute (dashed) against the emulated compute per iteration, a line per SYNC
+    mode and per any other axis the grid varies."""
+    import matplotlib.pyplot as plt
+
+    from experiment.plots import finish_figure
+
+    shown = [r for r in rows if r["measured_speedup"] is not None]
+    varied, series = compute_series(shown)
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    handles = []
+    modelled = set()
+    for i, (key, members) in enumerate(series.items()):
+        color = f"C{i % 10}"
+        seeds: dict[float, list[float]] = defaultdict(list)  # compute -> a value per seed
+        for r in members:
+            seeds[r["compute_ms"]].append(r["measured_speedup"])
+        xs = sorted(seeds)
+        ax.plot(xs, [float(np.mean(seeds[x])) for x in xs], "o-", color=color)
+        ax.fill_between(xs, [min(seeds[x]) for x in xs], [max(seeds[x]) for x in xs],
+                        color=color, alpha=0.2, lw=0)  # fmt: skip
+        unfaithful = [(r["compute_ms"], r["measured_speedup"]) for r in members
+                      if not r["faithful"]]  # fmt: skip
+        if unfaithful:
+            ax.plot(*zip(*unfaithful), "x", color=color, ms=9, mew=1.5)
+        # the model is synchronous (docs/experiment.md): one dashed line per series but SYNC,
+        # in the colour of its first (bsp where the grid lists it first)
+        unsynced = tuple(v for c, v in zip(varied, key) if c != "point.sync")
+        model: dict[float, list[float]] = defaultdict(list)
+        for r in members:
+            if r["model_speedup"] is not None:
+                model[r["compute_ms"]].append(r["model_speedup"])
+        if model and unsynced not in modelled:
+            modelled.add(unsynced)
+            mx = sorted(model)
+            ax.plot(mx, [float(np.mean(model[x])) for x in mx], "--", color=color)
+        name = ", ".join(f"{SERIES_FIELDS[c]}{_axis_value(v)}" for c, v in zip(varied, key))
+        handles.append(plt.Line2D([], [], color=color, marker="o", label=name or "measured"))
+    handles += [
+        plt.Line2D([], [], color="0.3", label="measured (band: the seeds' range)"),
+        plt.Line2D([], [], color="0.3", ls="--", label="model with compute (synchronous)"),
+    ]
+    if not all(r["faithful"] for r in shown):
+        handles.append(
+            plt.Line2D([], [], ls="", marker="x", color="0.3", label="run not network-bound")
+        )
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xlabel("compute per iteration (ms, emulated; COMPUTE's mean, before stragglers)")
+    _grid_ticks(ax, shown, "compute_ms")
+    ax.set_ylabel("iteration p50 speed-up (server-only / offload)")
+    ax.grid(alpha=0.3)
+    title = "Where offload's gain goes as compute grows"
+    finish_figure(fig, path, title, config, handles, ncol=3)
+
+
+def compute_series(
+    rows: list[dict[str, Any]],
+) -> tuple[list[str], dict[tuple, list[dict[str, Any]]]]:
+    """speedup_vs_compute.png's lines: the SERIES_FIELDS the rows vary, and the rows of each
+    line by their values of those fields, in the grid's order."""
+    varied = [c for c in SERIES_FIELDS if len({r[c] for r in rows}) > 1]
+    series: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r["point.compute"]:
+            series[tuple(r[c] for c in varied)].append(r)
+    # a point without compute runs without stragglers (grid): it starts every stragglers'
+    # line alike, so it joins each line that differs from it in stragglers alone
+    for r in rows:
+        if not r["point.compute"]:
+            own = tuple(r[c] for c in varied)
+            alike = [key for key in series if _same_but_stragglers(key, own, varied)]
+            for key in alike or [own]:
+                series[key].append(r)
+    return varied, dict(series)
+
+
+def _same_but_stragglers(key: tuple, other: tuple, fields: list[str]) -> bool:
+    return all(a == b for c, a, b in zip(fields, key, other) if c != "point.stragglers")
+
+
+def speedup_vs_staleness(rows: list[dict[str, Any]], path: Path, config: str) -> None:
+    """Each run's measured iteration p50 speed-up against offload's mean staleness of the
+    PS's pull replies: a marker per SYNC mode, a colour per compute (and stragglers where
+    the grid varies them); faithful runs filled, the others hollow."""
+    import matplotlib.pyplot as plt
+
+    from experiment.plots import finish_figure
+
+    shown = [
+        r for r in rows if r["measured_speedup"] is not None and r["offload_staleness"] is not None
+    ]
+    syncs = list(dict.fromkeys(r["point.sync"] for r in rows))
+    kinds = sorted({(r["compute_ms"], r["point.compute"], r["point.stragglers"]) for r in shown})
+    stragglers = len({k[2] for k in kinds}) > 1
+    markers = "osD^vP*X"
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    for r in shown:
+        color = f"C{kinds.index((r['compute_ms'], r['point.compute'], r['point.stragglers']))}"
+        ax.plot(r["offload_staleness"], r["measured_speedup"],
+                markers[syncs.index(r["point.sync"]) % len(markers)], ms=8, color=color,
+                mfc=color if r["faithful"] else "none", mew=1.5)  # fmt: skip
+    handles = [
+        *(
+            plt.Line2D([], [], ls="", marker=markers[i % len(markers)], color="0.3", label=sync)
+            for i, sync in enumerate(syncs)
+        ),
+        *(
+            plt.Line2D(
+                [],
+                [],
+                ls="",
+                marker="s",
+                color=f"C{i % 10}",
+                label=f"compute {_axis_value(compute)}"
+                + (f", stragglers {_axis_value(slow)}" if stragglers else ""),
+            )
+            for i, (_, compute, slow) in enumerate(kinds)
+        ),
+        plt.Line2D(
+            [], [], ls="", marker="o", color="0.3", mfc="none", label="not network-bound (hollow)"
+        ),
+    ]
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xlabel("offload's mean staleness of the PS's pull replies (iterations)")
+    ax.set_ylabel("iteration p50 speed-up (server-only / offload)")
+    ax.set_xlim(left=-0.05)
+    ax.grid(alpha=0.3)
+    finish_figure(fig, path, "Speed-up against staleness", config, handles, ncol=3)
+
+
+def _axis_value(value: Any) -> str:
+    """A point's value in a legend: none for an empty text, numbers as %g."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value) if value != "" else "none"
+
+
 def _ratio(r: dict[str, Any], q: str) -> float | None:
     server, offload = (
         r.get(f"modes.server.iteration_ms.{q}"),
@@ -719,15 +1034,17 @@ def spread_table(rows: list[dict[str, Any]]) -> list[str]:
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     keys = ("point.aggregate", "point.workers", "point.skew", "point.hot_slots",
             "point.loss", "point.bw", "point.shards")  # fmt: skip
+    varied = _varied_axes(rows)
     for r in rows:  # a job of several is a configuration of its own
-        key = (_where(r), *[r[k] for k in keys])
+        key = (_where(r), *[r[k] for k in keys], *[r.get(c) for c, _ in TRAINING_AXES])
         groups[key].append(r)
     lines = [
         "Over seeds (median [min-max] of server-only / offload iteration times):",
         "",
-        "| topology | aggregate | workers | skew | slots | loss | bw | shards | seeds "
-        "| p50 speed-up | p99 speed-up |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| topology | aggregate | workers | skew | slots | loss | bw | shards | "
+        + "".join(f"{header} | " for _, header in varied)
+        + "seeds | p50 speed-up | p99 speed-up |",
+        "|---|---|---|---|---|---|---|---|" + "---|" * len(varied) + "---|---|---|",
     ]
     for group, members in groups.items():
         cells = []
@@ -739,12 +1056,30 @@ def spread_table(rows: list[dict[str, Any]]) -> list[str]:
             median = values[len(values) // 2] if len(values) % 2 else (
                 values[len(values) // 2 - 1] + values[len(values) // 2]) / 2  # fmt: skip
             cells.append(f"{median:.2f}x [{values[0]:.2f}-{values[-1]:.2f}]")
-        topo, design, w, skew, slots, loss, bw, shards = group
+        topo, design, w, skew, slots, loss, bw, shards = group[:8]
         lines.append(
             f"| {topo} | {design} | {w} | {skew:g} | {slots} | {loss:g} | {bw:g} | {shards} | "
-            f"{len(members)} | {cells[0]} | {cells[1]} |"
+            f"{_training_cells(members[0], varied)}{len(members)} | {cells[0]} | {cells[1]} |"
         )
     return lines
+
+
+# The training axes (--compute, --stragglers, --sync): results.csv column, table header
+TRAINING_AXES = (
+    ("point.compute", "compute"),
+    ("point.stragglers", "stragglers"),
+    ("point.sync", "sync"),
+)
+
+
+def _varied_axes(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The training axes the rows vary, which the tables then name (the others are in the
+    configuration line)."""
+    return [(c, h) for c, h in TRAINING_AXES if len({r.get(c) for r in rows}) > 1]
+
+
+def _training_cells(row: dict[str, Any], varied: list[tuple[str, str]]) -> str:
+    return "".join(f"{row.get(c) or 'none'} | " for c, _ in varied)
 
 
 def report(
@@ -760,24 +1095,32 @@ def report(
     lines = [f"# Sweep {out.name}", ""]
     if config:
         lines += [config, ""]
+    varied = _varied_axes(rows)
+    # where SYNC varies, offload's mean staleness of the PS's pull replies beside each run
+    stale = any(c == "point.sync" for c, _ in varied)
     lines += [
         "One row per run (runs/ has each run's own report.md).",
         "",
-        "| topology | aggregate | workers | skew | slots | loss | bw | shards | seed "
-        "| p50 speed-up | bound | within 15% | regime | exact |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| topology | aggregate | workers | skew | slots | loss | bw | shards | "
+        + "".join(f"{header} | " for _, header in varied)
+        + "seed | p50 speed-up | bound | within 15% | regime | exact |"
+        + (" offload staleness |" if stale else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        + "---|" * (len(varied) + stale),
     ]
     for r in rows:
         err = r["model_error"]
         within = "-" if err is None else ("yes" if abs(err) <= MODEL_TOLERANCE else "no")
         if not r["faithful"]:
             within = "(not faithful)"
+        staleness = r.get("offload_staleness")
         lines.append(
             f"| {_design(r)} | {r['point.workers']} | {r['point.skew']:g} | "
             f"{r['point.hot_slots']} | {r['point.loss']:g} | {r['point.bw']:g} | "
-            f"{r['point.shards']} | {r['point.seed']} | "
+            f"{r['point.shards']} | {_training_cells(r, varied)}{r['point.seed']} | "
             f"{r['measured_speedup']} | {r['model_speedup']} | {within} | "
             f"{r['regime']} | {r.get('exact')} |"
+            + (f" {'-' if staleness is None else f'{staleness:.2f}'} |" if stale else "")
         )
     lines += ["", *spread_table(rows)]
     faithful = [r for r in rows if r["faithful"] and r["model_error"] is not None]

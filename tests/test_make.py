@@ -4,6 +4,7 @@ invocations, with -n or before anything runs (no root, no network)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 import shutil
@@ -72,8 +73,10 @@ SWEEP_HONOURS = {
     "HOTSET": ("dynamic", "--hotset 'dynamic'"),
     "HOTSET_SOURCE": ("switch", "--hotset-source 'switch'"),
     "DRIFT": ("every=5,fraction=0.3", "--drift 'every=5,fraction=0.3'"),
-    "COMPUTE": ("normal:20ms,5ms", "--compute 'normal:20ms,5ms'"),
-    "STRAGGLERS": ("1:3", "--stragglers '1:3'"),
+    # the grid's lists of values that hold commas: `;` separates them
+    "COMPUTE": ("0;normal:20ms,5ms", "--compute '0;normal:20ms,5ms'"),
+    "STRAGGLERS": ("1:3;1:3,p=0.1:3", "--stragglers '1:3;1:3,p=0.1:3'"),
+    "SYNC": ("bsp,ssp:2,async", "--sync 'bsp,ssp:2,async'"),
     "REAL_BW": ("10G", "--real-bw '10G'"),
     "SWITCH_RESTARTS": ("1", "--switch-restarts '1'"),
     "GRPC_PORT": ("6000", "--grpc-base-port '6000'"),
@@ -102,10 +105,25 @@ def test_make_sweep_passes_each_variable_it_honours(name: str) -> None:
     from experiment.__main__ import build_parser
     from experiment.options import MAKE_NAMES
 
-    argv = shlex.split(command.split(";")[0])
+    argv = _first_command(command)
     args = build_parser().parse_args(argv[argv.index("sweep") :])
     if name in {MAKE_NAMES[dest] for dest in sweep.FIXED_RUN_OPTIONS}:
         assert sweep.run_options(args), name
+    if name in SWEEP_AXES:  # a list the sweep takes as an axis of its grid, value by value
+        assert len(getattr(args, SWEEP_AXES[name])) == value.count(SWEEP_AXES_SEPARATOR[name]) + 1
+
+
+# make run's variables that make sweep takes as lists, by the sweep's option, and their separator
+SWEEP_AXES = {"COMPUTE": "compute", "STRAGGLERS": "stragglers", "SYNC": "sync"}
+SWEEP_AXES_SEPARATOR = {"COMPUTE": ";", "STRAGGLERS": ";", "SYNC": ","}
+
+
+def _first_command(command: str) -> list[str]:
+    """The words of a recipe's first shell command: up to its first `;` outside quotes
+    (a quoted value, as COMPUTE='0;20ms', may hold one)."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    return list(itertools.takewhile(lambda word: word != ";", lexer))
 
 
 def test_bmv2_binary_reaches_the_sweeps_runs_through_the_environment() -> None:

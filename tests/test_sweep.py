@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import re
 from pathlib import Path
 
@@ -318,3 +319,159 @@ def test_the_config_line_table_and_csv_name_the_topology_and_design(tmp_path: Pa
     assert text.splitlines()[2] == line
     assert "| leafspine:4:2 | leaves | 7 | 1.1 | 256 | 0 | 10 | 1 | 1 | 1.6 | 1.36 |" in text
     assert "| leafspine:2:2 | ps-leaf | 3 | 1.1 | 256 | 0 | 10 | 1 | 1 | 1.40x" in text
+
+
+# --- the training axes: --compute, --stragglers, --sync -----------------------------------
+
+
+def test_compute_stragglers_and_sync_are_axes_of_the_grid(tmp_path: Path) -> None:
+    args = parse("--workers", "4", "--skew", "1.1", "--seeds", "1", "--compute",
+                 "0;20ms;normal:60ms,10ms", "--stragglers", "none;1:3,p=0.1:2",
+                 "--sync", "bsp,ssp:2,async,ssp:0")  # fmt: skip
+    assert args.compute == ["", "20ms", "normal:60ms,10ms"]
+    assert args.stragglers == ["", "1:3,p=0.1:2"]
+    assert args.sync == ["bsp", "ssp:2", "async"]  # ssp:0 is bsp: once
+    points = sweep.grid(args)
+    # 3 compute x 2 stragglers x 3 sync, but the point without compute takes no stragglers
+    # (a run refuses them without compute), so it runs once per sync mode, not twice
+    assert len(points) == (1 + 2 * 2) * 3 == len(set(points))
+    assert {(p.compute, p.stragglers) for p in points} == {
+        ("", ""), ("20ms", ""), ("20ms", "1:3,p=0.1:2"),
+        ("normal:60ms,10ms", ""), ("normal:60ms,10ms", "1:3,p=0.1:2"),
+    }  # fmt: skip
+    for point in points:
+        argv = sweep.run_arguments(point, args, tmp_path)
+        given = dict(zip(argv[::2], argv[1::2]))
+        assert given["--sync"] == point.sync
+        assert given.get("--compute") == (point.compute or None)
+        assert given.get("--stragglers") == (point.stragglers or None)
+    slow = next(p for p in points if p.stragglers and p.sync == "async")
+    assert slow.label().endswith(" compute=20ms stragglers=1:3,p=0.1:2 sync=async")
+    sweep.preflight(points, args)  # every point is one make run takes
+    from experiment.__main__ import build_parser
+
+    run = build_parser().parse_args(["run", *sweep.run_arguments(slow, args, tmp_path)])
+    assert (run.compute, run.stragglers, run.sync) == ("20ms", "1:3,p=0.1:2", "async")
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        # commas are part of a value: the error says to separate values with ;
+        (("--compute", "20ms,60ms"), "separate them with ';' (COMPUTE='20ms;60ms')"),
+        (("--stragglers", "1:3,2:3"), "separate them with ';' (STRAGGLERS='1:3;2:3')"),
+        (("--compute", "20ms;;60ms"), "COMPUTE='20ms;;60ms': an empty value in the list"),
+        (("--compute", "20ms;fast"), "COMPUTE='20ms;fast': 'fast' is not a duration"),
+        (("--stragglers", "1:0.5"), "STRAGGLERS: '1:0.5': a straggler is slower"),
+        (("--sync", "bsp,ssp"), "SYNC='bsp,ssp': sync mode 'ssp': expected bsp, ssp:S"),
+    ],
+)
+def test_bad_training_axes_are_refused_naming_the_variable(
+    argv: tuple[str, ...], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as e:
+        parse(*argv)
+    assert e.value.code == 2
+    assert says in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_training_point_the_run_refuses_stops_the_sweep_before_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiment.__main__ import main
+
+    sweeps = tmp_path / "sweeps"
+    argv = ["sweep", "--workers", "4", "--seeds", "1", "--sweeps-dir", str(sweeps)]
+    # two PS shards cannot take ssp: the run's own check, before anything runs
+    assert main([*argv, "--shards", "1,2", "--sync", "bsp,ssp:2"]) == 2
+    assert "SYNC=ssp:2: every PS shard would read all of the switch's slots" in (
+        capsys.readouterr().err
+    )
+    assert main([*argv, "--jobs", "2", "--compute", "0;20ms"]) == 2
+    assert "COMPUTE=20ms: the model of several jobs counts no compute" in capsys.readouterr().err
+    assert not sweeps.exists()
+
+
+def training_summary(compute: str, stragglers: str, sync: str, seed: int) -> dict:
+    """A 4-worker run's summary with compute, stragglers and a sync mode: the speed-up
+    falls with compute (faster with a straggler) and rises with staleness."""
+    compute_ms = float(compute[:-2]) if compute else 0.0
+    slowdown = 2 if stragglers else 1
+    stale = {"bsp": 0, "ssp:2": 1, "async": 2}[sync]
+    summary = fake_summary(4, 1.1, seed, 1.3 - compute_ms * slowdown / 200 + stale / 20)
+    summary["config"].update(compute=compute or None, stragglers=stragglers or None, sync=sync)
+    if compute:
+        summary["compute"] = {"compute": compute, "emulated": compute, "stragglers": stragglers}
+        summary["model"]["iteration"] = {"speedup": 1.3 - compute_ms * slowdown / 180}
+    summary["modes"]["offload"]["staleness"] = {"0": 8, "1": 2 * stale, "2": stale}
+    return summary
+
+
+def training_rows() -> tuple[list[dict], list[dict], list[sweep.Point]]:
+    args = parse("--workers", "4", "--skew", "1.1", "--seeds", "1,2", "--bw", "10",
+                 "--compute", "0;20ms;60ms", "--stragglers", "none;1:3",
+                 "--sync", "bsp,ssp:2,async")  # fmt: skip
+    points = sweep.grid(args)
+    summaries = [training_summary(p.compute, p.stragglers, p.sync, p.seed) for p in points]
+    return [sweep.row_of(p, s) for p, s in zip(points, summaries)], summaries, points
+
+
+def test_rows_name_the_compute_and_the_staleness() -> None:
+    rows, _, _ = training_rows()
+    for r in rows:
+        assert r["compute_ms"] == {"": 0.0, "20ms": 20.0, "60ms": 60.0}[r["point.compute"]]
+        # 8 fresh pulls, 2*S a sum behind and S two behind: (2S + 2S) / (8 + 3S)
+        stale = {"bsp": 0, "ssp:2": 1, "async": 2}[r["point.sync"]]
+        assert r["offload_staleness"] == pytest.approx(4 * stale / (8 + 3 * stale), abs=1e-4)
+    # a real-time compute is plotted in the run's emulated time; a distribution by its mean
+    real = {"compute": {"compute": "real:10us", "emulated": "50ms"}}
+    lognormal = {"compute": {"compute": "lognormal:20ms,0.5", "emulated": "lognormal:20ms,0.5"}}
+    assert sweep.compute_ms(real) == 50.0  # type: ignore[arg-type]
+    mean = 20 * math.exp(0.5**2 / 2)
+    assert sweep.compute_ms(lognormal) == pytest.approx(mean, abs=1e-3)  # type: ignore[arg-type]
+    assert sweep.mean_staleness({}) is None and sweep.mean_staleness({"0": 0}) is None
+
+
+def test_compute_lines_start_every_stragglers_line_at_no_compute() -> None:
+    rows, _, _ = training_rows()
+    varied, series = sweep.compute_series(rows)
+    assert varied == ["point.sync", "point.stragglers"]
+    assert set(series) == {(s, slow) for s in ("bsp", "ssp:2", "async") for slow in ("", "1:3")}
+    for (sync, slow), members in series.items():
+        assert {r["point.sync"] for r in members} == {sync}
+        # the no-compute points (2 seeds) start both lines; then 2 computes x 2 seeds
+        assert sorted(r["compute_ms"] for r in members) == [0, 0, 20, 20, 60, 60]
+        assert {r["point.stragglers"] for r in members if r["compute_ms"]} == {slow}
+
+
+def test_training_figures_tables_and_config_line(tmp_path: Path) -> None:
+    rows, summaries, points = training_rows()
+    parts = sweep.grid_config(summaries, points)
+    line = join_config(parts)
+    assert ", SYNC=bsp,ssp:2,async" in line and ", compute none;20ms;60ms" in line
+    assert ", stragglers none;1:3" in line
+    figures = sweep.plot(rows, tmp_path, join_config(parts, short=True))
+    assert figures == [
+        "speedup_vs_bound.png",
+        "speedup_vs_compute.png",
+        "speedup_vs_staleness.png",
+        "ps_packets.png",
+    ]
+    assert all((tmp_path / f).stat().st_size > 10_000 for f in figures)
+    sweep.report(tmp_path, rows, figures, [], summaries, line)
+    text = (tmp_path / "report.md").read_text()
+    for name in ("speedup_vs_compute.png", "speedup_vs_staleness.png"):
+        assert f"![{name}]({name})\n\n*{CAPTIONS[name]}*" in text
+    # the varied axes are columns of both tables, the staleness beside each run
+    assert "| shards | compute | stragglers | sync | seed | p50 speed-up |" in text
+    assert "| 1 | 60ms | 1:3 | async | 2 | " in text
+    assert text.count(" | 0.00 |") == 5 * 2  # bsp's 5 points, 2 seeds each: never stale
+    assert "| shards | compute | stragglers | sync | seeds | p50 speed-up |" in text
+    # each sync mode is a configuration of its own over the seeds, not merged
+    spread = [r for r in text.splitlines() if r.startswith("| star:4 |") and "x [" in r]
+    assert len(spread) == len(points) // 2 == 15
+    assert "| 1 | none | none | ssp:2 | 2 | " in text
+    # one sync mode and one compute: no such figures, no such columns
+    bsp = [r for r in rows if r["point.sync"] == "bsp" and r["point.compute"] == "20ms"]
+    (tmp_path / "one").mkdir()
+    assert sweep.plot(bsp, tmp_path / "one", "") == ["speedup_vs_bound.png", "ps_packets.png"]
