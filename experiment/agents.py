@@ -94,12 +94,12 @@ def ps_argv(
     shards: int,
     ip: str,
     switch_ip: str,
-    leaves: Sequence[str] = (),
+    leaves: Sequence[tuple[str, Sequence[int]]] = (),
 ) -> list[str]:
     """PS shard `shard` of `shards` of the job `cfg` describes, on address `ip`; with
     `plan.collect`, it collects the hot slots from the switch at `switch_ip`, and first
-    flushes the remote leaves at the service addresses `leaves` (AGGREGATE=leaves), leaf i
-    as pseudo-worker workers + i."""
+    flushes the remote leaves `leaves` (AGGREGATE=leaves: each one's service address and the
+    workers behind it), leaf i as pseudo-worker workers + i."""
     files = ps_files(plan, shard)
     args = [
         "--job", str(cfg.job_id), "--workers", str(cfg.workers), "--keys", str(cfg.keys),
@@ -112,8 +112,8 @@ def ps_argv(
     if plan.collect:
         args += ["--collect", "--switch", switch_ip, "--hot-slots", str(plan.job_slots)]
         args += hot_key_args(plan)
-        for i, leaf in enumerate(leaves):
-            args += ["--leaf", f"{leaf}/{cfg.workers + i}"]
+        for i, (leaf, rack) in enumerate(leaves):
+            args += ["--leaf", f"{leaf}/{cfg.workers + i}/{','.join(map(str, rack))}"]
     return python_module("hosts.ps", args)
 
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 import ipaddress
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
@@ -140,6 +140,9 @@ class Aggregation:
     # hot keys its rack pushed, which the model counts from the workload
     upward: Mapping[str, str] = field(default_factory=dict)
     partial_pushes: int = 0
+    # the transfers of `control` that only start once every DONE (and every partial PUSH)
+    # is in, step after step (each step's transfers at once): the barrier's serial part
+    steps: tuple[tuple[Transfer, ...], ...] = ()
 
 
 def ps_leaf(topology: Topology, hot_keys_of: Mapping[str, int]) -> Aggregation:
@@ -158,7 +161,8 @@ def ps_leaf(topology: Topology, hot_keys_of: Mapping[str, int]) -> Aggregation:
         _, collect = packet_bytes(hot_keys)
         if collect and topology.switches[switch].aggregate:
             control += [Transfer(ps, switch, collect), Transfer(switch, ps, collect)]
-    return Aggregation(stop, tuple(control))
+    steps = (tuple(control),) if control else ()
+    return Aggregation(stop, tuple(control), steps=steps)
 
 
 def leaves(topology: Topology, hot_keys_of: Mapping[str, int]) -> Aggregation:
@@ -180,11 +184,14 @@ def leaves(topology: Topology, hot_keys_of: Mapping[str, int]) -> Aggregation:
     control = list(base.control)
     for leaf in remote:
         control.append(Transfer(ps, leaf, batches * PACKET_OVERHEAD))  # FLUSHes
-    for src, dst in zip([ps, *remote], remote):
-        control.append(Transfer(src, dst, chained))  # the chained WRITEBACK, hop by hop
+    # the chained WRITEBACK, hop by hop, and its acks: once the COLLECTs are answered
+    chain = [Transfer(src, dst, chained) for src, dst in zip([ps, *remote], remote)]
     if remote and chained:
-        control.append(Transfer(remote[-1], ps, packets * PACKET_OVERHEAD))  # its acks
-    return Aggregation(base.stop, tuple(control), {leaf: root for leaf in remote}, batches)
+        chain.append(Transfer(remote[-1], ps, packets * PACKET_OVERHEAD))
+    control += chain
+    steps = (*base.steps, tuple(chain)) if chain else base.steps
+    upward = {leaf: root for leaf in remote}
+    return Aggregation(base.stop, tuple(control), upward, batches, steps)
 
 
 # AGGREGATE= -> the design: (topology, PS host -> hot keys it owns) -> Aggregation.
@@ -204,6 +211,8 @@ class LinkLoad:
     to_ps: float  # the busiest PS link, toward the PS
     from_ps: float  # ... and from it
     ps_mbps: float  # that PS link's rate
+    # the bound with the barrier in order (_serial_ms): never below bound_ms
+    serial_ms: float = 0.0
 
     @property
     def ps_ms(self) -> float:
@@ -217,6 +226,7 @@ class LinkLoad:
             "links": dict(self.links),
             "bottleneck": self.bottleneck,
             "bound_ms": round(self.bound_ms, 3),
+            "serial_ms": round(self.serial_ms, 3),
         }
 
 
@@ -251,6 +261,12 @@ class Prediction:
         off = self.offload.bound_ms
         return self.server.bound_ms / off if off else float("inf")
 
+    @property
+    def serial_speedup(self) -> float:
+        """The speed-up of the bounds with the barrier in order (LinkLoad.serial_ms)."""
+        off = self.offload.serial_ms
+        return self.server.serial_ms / off if off else float("inf")
+
     def as_dict(self, compute: np.ndarray | None = None) -> ModelBound:
         """summary.json's `model` block; with `compute` (ms, [worker, iteration]: the run's
         draws, compute_table) also the iteration model's (`iteration`)."""
@@ -265,6 +281,7 @@ class Prediction:
             "offload_ms": round(self.offload_ms, 3),
             "speedup": round(self.speedup, 3),
             "bound_speedup": round(self.bound_speedup, 3),
+            "serial_speedup": round(self.serial_speedup, 3),
         }
         if compute is not None:
             bound["iteration"] = predict_iterations(self, compute).as_dict()
@@ -457,6 +474,24 @@ def predict(
             offload.add(barrier, leaf, root, design.partial_pushes * PACKET_OVERHEAD)
             offload.add(barrier, leaf, root, rack * ENTRY_LEN)
     server_load, offload_load = (_link_load(flows[m], topology, paths, iterations) for m in flows)
+    # the barrier's serial part: the design's steps, then the DONE_ACKs
+    steps: dict[str, list[Counter[str]]] = {"server": [], "offload": []}
+    for mode in steps:
+        transfers = design.steps if mode == "offload" else ()
+        for step in transfers:
+            steps[mode].append(Counter())
+            for transfer in step:
+                phased[mode].add(steps[mode][-1], transfer.src, transfer.dst, transfer.wire_bytes)
+        if not steps[mode]:
+            steps[mode].append(Counter())
+        for host in hosts:
+            for ps in servers:
+                phased[mode].add(steps[mode][-1], ps, host, PACKET_OVERHEAD)  # DONE_ACK
+    rates = link_rates(topology)
+    server_load, offload_load = (
+        replace(load, serial_ms=max(load.bound_ms, _serial_ms(load.links, rates, steps[mode])))
+        for mode, load in (("server", server_load), ("offload", offload_load))
+    )
     return Prediction(
         server_load,
         offload_load,
@@ -465,8 +500,34 @@ def predict(
         round(hot_coverage, 4),
         aggregate,
         phased,
-        link_rates(topology),
+        rates,
     )
+
+
+def _serial_ms(
+    links: Mapping[str, float], rates: Mapping[str, float], steps: Sequence[Counter[str]]
+) -> float:
+    """A bound that keeps the barrier in order (docs/design.md sections 3 and 7): the bytes of
+    `steps` (each one's per link; the DONE_ACKs in the last) cross their links only once
+    every DONE and partial PUSH is in, each step once the one before has been answered. So
+    an iteration takes at least the busiest link's other bytes, then each step's busiest
+    link. Each link may send SHAPER_BURST_BYTES at once after idling, which every term
+    subtracts, so this stays a bound where the links idle (they do during the barrier)."""
+    after: Counter[str] = Counter()
+    for step in steps:
+        after.update(step)
+
+    def busiest(bytes_of: Mapping[str, float]) -> float:
+        return max(
+            (
+                link_ms(max(0.0, b - SHAPER_BURST_BYTES), rates[link])
+                for link, b in bytes_of.items()
+            ),
+            default=0.0,
+        )
+
+    before = busiest({link: b - after[link] for link, b in links.items()})
+    return before + sum(busiest(step) for step in steps)
 
 
 # The links' shaper (topologies/topo.py: htb with ceil = rate) lets a link that was idle send

@@ -65,7 +65,15 @@ def run_agents(
             tag = f"j{job.job_id}-" if several else ""
             for i, host in enumerate(job.parameter_servers):
                 switch_ip = str(bed.topology.service_ip_for(host.name))
-                leaves = [str(bed.topology.switches[r].service_ip) for r in bed.remote_leaves]
+                # each remote leaf's service address and the workers behind it
+                leaf_of = [bed.topology.attachment(h.name)[0] for h in job.workers]
+                leaves = [
+                    (
+                        str(bed.topology.switches[r].service_ip),
+                        [w for w, s in enumerate(leaf_of) if s == r],
+                    )
+                    for r in bed.remote_leaves
+                ]
                 argv = ps_argv(cfg, plan, i, shards, host.ip, switch_ip, leaves)
                 err = ps_files(plan, i).err
                 proc = bed.spawn(host.name, argv, err)

@@ -191,6 +191,8 @@ class ModeLoad(TypedDict):
     links: dict[str, float]  # every directed link "<sender>-<receiver>" -> bytes
     bottleneck: str  # the directed link whose bytes take longest at its rate
     bound_ms: float  # that time: the mode's bound over every link
+    # the bound with the barrier's steps in order after the other bytes (model._serial_ms)
+    serial_ms: float
 
 
 class IterationTimes(TypedDict):
@@ -232,6 +234,7 @@ class ModelBound(_ModelBound, total=False):
     (`iteration`), which the run's speed-up is compared with (model_speedup)."""
 
     iteration: IterationBound
+    serial_speedup: float  # server.serial_ms / offload.serial_ms
 
 
 def model_speedup(model: ModelBound | None) -> float | None:

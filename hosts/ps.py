@@ -185,11 +185,16 @@ class ParameterServer:
 
 
 def parse_leaf(text: str) -> Leaf:
-    """`10.0.2.254/15` (or with :port) -> the remote leaf's address and pseudo-worker id."""
-    address, _, worker = text.rpartition("/")
-    if not address or not worker.isdigit():
-        raise AgentError(f"--leaf {text!r}: expected IP[:PORT]/WORKER, e.g. 10.0.2.254/15")
-    return Leaf(parse_address(address, HOTAGG_PORT), int(worker))
+    """`10.0.2.254/15` (or with :port), optionally `/3,4,5` -> the remote leaf's address,
+    pseudo-worker id and the workers behind it."""
+    parts = text.split("/")
+    address, worker = parts[0], parts[1] if len(parts) > 1 else ""
+    rack = parts[2].split(",") if len(parts) == 3 and parts[2] else []
+    if not address or not worker.isdigit() or len(parts) > 3 or not all(w.isdigit() for w in rack):
+        raise AgentError(
+            f"--leaf {text!r}: expected IP[:PORT]/WORKER[/RACK], e.g. 10.0.2.254/15/3,4,5"
+        )
+    return Leaf(parse_address(address, HOTAGG_PORT), int(worker), frozenset(map(int, rack)))
 
 
 def sync_mode(text: str) -> SyncMode:
@@ -218,9 +223,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--leaf",
         action="append",
         default=[],
-        metavar="IP[:PORT]/WORKER",
+        metavar="IP[:PORT]/WORKER[/RACK]",
         help="a remote leaf that aggregates too (docs/design.md section 7): its service "
-        "address and the worker id its partial pushes carry; repeat in chain order",
+        "address, the worker id its partial pushes carry and, comma-separated, the workers "
+        "behind it (it is flushed once they are all done; without: at the barrier); repeat "
+        "in chain order",
     )
     p.add_argument(
         "--hot-keys",

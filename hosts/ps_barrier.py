@@ -195,6 +195,13 @@ class Barrier:
         self.switch.start_writeback(self.cur, keys, self.params[keys].tolist())
         self._chain(self.cur, keys, self.params[keys].tolist())
 
+    def on_done(self) -> None:
+        """A worker's DONE for `cur` came in: flush the remote leaves whose racks are all
+        done now, while the other racks still push (docs/design.md section 7)."""
+        it = self.it
+        if self.flush is not None and it.phase is Phase.ACCUMULATING:
+            self.flush.racks_done(it.number, it.done.keys())
+
     def finalize(self) -> None:
         """Every worker's DONE for `cur` is in: collect (or, server-only, apply at once)."""
         if not self.cfg.collect:

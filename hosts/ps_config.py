@@ -118,3 +118,9 @@ class PSConfig:
                 f"--leaf pseudo-worker ids must be distinct and in {self.n_workers}.."
                 f"{MAX_WORKERS - 1} (past the job's {self.n_workers} workers)"
             )
+        racks = [w for leaf in self.leaves for w in leaf.rack]
+        if len(set(racks)) != len(racks) or not all(0 <= w < self.n_workers for w in racks):
+            raise AgentError(
+                f"--leaf racks must name distinct workers in 0..{self.n_workers - 1}: a worker "
+                "sits behind one leaf"
+            )

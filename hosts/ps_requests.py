@@ -191,8 +191,10 @@ class RequestHandler:
         i = m.seq % DEDUP_WINDOW
         if d.seqs[i] >= m.seq:
             return "partial_dup"
-        if m.iteration != b.cur or b.it.phase is not Phase.FLUSHING:
-            return "bad_iteration"  # cannot happen: a flush completes only once this is in
+        if m.iteration != b.cur or b.it.phase not in (Phase.ACCUMULATING, Phase.FLUSHING):
+            # cannot happen: a leaf is flushed once its rack is done, and the flush completes
+            # only once this is in
+            return "bad_iteration"
         if not self._keys_ok(m.keys):
             return "bad_key"
         d.seqs[i], d.masks[i] = m.seq, m.mask
@@ -268,6 +270,8 @@ class RequestHandler:
         if m.worker_id in it.done:
             return "waiting"  # a resent DONE while others are still pushing
         it.done[m.worker_id] = (arrival, start)
+        if it is b.it:
+            b.on_done()
         if self.sync.allows(m.iteration, b.applied):  # ssp, async: it may go on now
             self._ack_done(it, m.worker_id, 1, time.time())
         if it is b.it and b.complete(it) and it.phase is Phase.ACCUMULATING:

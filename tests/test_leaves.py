@@ -79,6 +79,23 @@ def test_the_model_moves_hot_traffic_off_the_spine_and_adds_flushes_to_the_ps_li
     assert leaves.links[f"{ps}-s1"] > ps_leaf.links[f"{ps}-s1"]
 
 
+def test_the_serial_bound_counts_the_steps_after_the_pushes_in_both_designs() -> None:
+    """With the barrier in order (model._serial_ms) at skew 1.2 each design's busiest link
+    has its bytes before the barrier, and then ps-leaf's COLLECT pass, and the leaves
+    design's COLLECT pass and chained WRITEBACK, cross the PS link one after the other."""
+    base = load_topology("leafspine:4:4")
+    workers = len(base.workers)
+    config = RunConfig().as_dict() | {"workers": workers, "skew": 1.2, "seed": 9}
+    workload = workload_of(config)
+    hot, coverage = warmup_hot_set(workload, workers, 5, 256)
+    args = (workload, workers, 10, 1, hot, coverage)
+    ps_leaf = predict(*args, topology=base, aggregate="ps-leaf").offload
+    leaves = predict(*args, topology=base.with_leaves_aggregating(), aggregate="leaves").offload
+    assert ps_leaf.bottleneck == "s5-s1" and leaves.bottleneck == "s1-h4"
+    for load in (ps_leaf, leaves):
+        assert load.bound_ms + 10 < load.serial_ms < 1.1 * load.bound_ms
+
+
 def run_leaves(tmp_path: Path, *extra: str) -> dict:
     if why := missing_prerequisites():
         pytest.skip(why)

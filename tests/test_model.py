@@ -191,3 +191,25 @@ def test_what_the_model_cannot_count_is_an_error() -> None:
         predict(wl, 3, 1, None, set(), topology=load_topology("leafspine:2:2").with_bandwidth(None))
     with pytest.raises(ValueError, match="2 shards"):
         predict(wl, 3, 1, None, set(), 0.0, 2, topology=leafspine())
+
+
+def test_the_serial_bound_puts_the_collect_and_the_done_acks_after_the_busiest_links_bytes() -> (
+    None
+):
+    """ps-leaf on leafspine:2:2 counted by hand (200 keys a worker, 0..159 hot): the spine
+    into s1 carries the remote workers' bytes before the barrier; then the 20 COLLECTs
+    (3160 bytes each way) and the 3 DONE_ACKs cross the PS link, each after the shaper's
+    burst, so the iteration takes at least both."""
+    wl = FixedKeys(list(range(200)))
+    p = predict(wl, workers=3, iterations=2, mbps=None, hot=set(range(160)), topology=leafspine())
+    burst, collect = model.SHAPER_BURST_BYTES, 20 * PACKET_OVERHEAD + 160 * 12
+    spine = p.offload.links["s3-s1"]  # none of the barrier's steps crosses it
+    after = collect + 3 * PACKET_OVERHEAD  # h2-s1: the COLLECTs, then the DONE_ACKs
+    expected = (spine - burst) * 8 / 1e3 + (after - burst) * 8 / 1e3
+    assert p.offload.serial_ms == pytest.approx(expected)
+    assert p.offload.serial_ms > p.offload.bound_ms  # the steps do not overlap the pushes
+    # server-only has no steps but the DONE_ACKs, fewer bytes than a burst: its link bound
+    assert p.server.serial_ms == p.server.bound_ms
+    d = p.as_dict()
+    assert d["offload"]["serial_ms"] == round(p.offload.serial_ms, 3)
+    assert d["serial_speedup"] == pytest.approx(p.server.serial_ms / p.offload.serial_ms, 1e-3)
