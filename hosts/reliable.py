@@ -277,16 +277,22 @@ class ReliableChannel(Generic[C]):
         on_resend: Callable[[Request[C]], None] | None = None,
         on_lost: Callable[[Request[C]], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        sample_resent: bool = False,
     ) -> None:
         """`span`: a request is sent only while its seq is below the lowest unanswered one
         plus span. `track_spurious`: seqs are never reused (a DONE's is), so a second reply
         identifies a spurious resend. `copies()`: how many copies of a first transmission to
         send. `on_lost`: a request given up (out of retries, or cancelled). `clock`: the
-        monotonic clock of the transmission times (tests drive it)."""
+        monotonic clock of the transmission times (tests drive it). `sample_resent`: a reply
+        to a resent request still bounds the round trip from the first send, and the
+        timeout covers it (for DONEs: their replies wait for the barrier, so a timeout below
+        the wait resends every DONE, and Karn's rule, sampling first transmissions only,
+        would then never learn the wait)."""
         self._send, self.counters, self.rtt, self.window = send, counters, rtt, window
         self.span, self.track_spurious = span, track_spurious
         self._copies, self._on_resend, self._on_lost = copies, on_resend, on_lost
         self._clock = clock
+        self.sample_resent = sample_resent
         self.queue: deque[Request[C]] = deque()
         self.inflight: dict[int, Request[C]] = {}  # insertion order = seq order
         self._quiet_from = 0.0  # no resend before this plus a timeout (the last reply)
@@ -382,6 +388,13 @@ class ReliableChannel(Generic[C]):
             self._rto = None
             if self.window.adaptive:
                 self.window.on_sample(sample, path, now, self._srtt())
+        elif self.sample_resent:
+            # An upper bound of the round trip (the first send may have been lost): the
+            # estimator learns the waits' spread, and the peak keeps the longest recent one.
+            bound = now - r.first
+            self.rtt.sample(bound)
+            self._peak.update(bound, now)
+            self._rto = None
         elif self.track_spurious:
             # If a second reply follows, this one answered a send before the last (the
             # paths keep order), so now - before_last is a lower bound of its round trip.

@@ -209,6 +209,7 @@ class Worker:
             RttEstimator(config.rto, config.rto_max),
             Window(self._n_shards, adaptive=False),
             track_spurious=False,  # a DONE's seq is its shard, the same every iteration
+            sample_resent=True,  # the barrier's wait, learnt even when a DONE was resent
             copies=self._done_copies,
             on_resend=self._on_resend,
         )

@@ -321,3 +321,26 @@ def test_timeouts_with_no_reply_between_back_off() -> None:
     clock.now += 0.011
     ch.pump()
     assert [m.seq for m, _ in net.take()] == [2] and counters["push_retransmits"] == 4
+
+
+@pytest.mark.parametrize("sample_resent", [True, False])
+def test_a_barrier_channel_learns_a_wait_longer_than_its_timeout(sample_resent: bool) -> None:
+    # A DONE's reply comes only at the barrier, 200 ms on, far beyond the 10 ms initial
+    # timeout: the first DONE is resent. Sampling first transmissions only (Karn), the
+    # channel would never learn the wait and resend every later DONE as well.
+    ch, clock, _, _ = channel(sample_resent=sample_resent, track_spurious=False)
+    resent = []
+    for it in range(1, 6):
+        ch.submit([push(it)])
+        ch.pump()
+        for _ in range(40 - 2 * (it % 2)):  # 190-200 ms in 5 ms steps
+            clock.now += 0.005
+            ch.pump()
+        r = answer(ch, ack(it), ordered=False)
+        resent.append(r.tries)
+        clock.now += 0.050  # the next iteration's pulls and pushes
+    assert resent[0] >= 1  # the first wait is unknown: resent
+    if sample_resent:
+        assert resent[1:] == [0, 0, 0, 0]  # every later DONE waits it out
+    else:
+        assert all(n >= 1 for n in resent)  # the channel never learns it
