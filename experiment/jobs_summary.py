@@ -171,7 +171,11 @@ def _beats(a: float | None, b: float | None) -> bool | None:
 
 
 def savings_check(
-    jobs: Sequence[JobResult], totals: Mapping[str, SplitTotals], split: str, baseline: str
+    jobs: Sequence[JobResult],
+    totals: Mapping[str, SplitTotals],
+    split: str,
+    baseline: str,
+    budget: int | None = None,
 ) -> SavingsCheck:
     """Check 1: `split` saves more PS-link bytes per iteration, over the jobs, than
     `baseline`, measured; the model's answer beside it. Where both gave every job the same
@@ -181,6 +185,13 @@ def savings_check(
     passed = None if same else _beats(mine["ps_link_saved"], base["ps_link_saved"])
     if same:
         why = f"{split_label(split)} gave every job the slots {split_label(baseline)} gave it"
+        used = sum(job["splits"][split]["slots"] for job in jobs)
+        if budget is not None and used < budget:
+            # every candidate fitted: there was nothing to share
+            why += (
+                f"; every job's keys fitted in {used} of the {budget} slots, so slots were not "
+                "scarce (a smaller HOT_SLOTS makes them)"
+            )
     elif passed is None:
         why = "a job's PS-link bytes were not measured"
     else:
@@ -299,7 +310,9 @@ def build_jobs_summary(run_config: dict[str, Any], outcomes: list[JobOutcome]) -
     exact = all(o.summaries[s]["exact"] for o in outcomes for s in splits)
     fidelity = {s: split_fidelity(outcomes, s) for s in splits}
     checks: JobsChecks = {
-        "beats_baseline": [savings_check(jobs, totals, s, EQUAL) for s in compared],
+        "beats_baseline": [
+            savings_check(jobs, totals, s, EQUAL, run_config.get("hot_slots")) for s in compared
+        ],
         "no_job_worse": [worse_check(jobs, s, EQUAL) for s in compared],
         "exact": exact,
         "fidelity": fidelity,

@@ -254,6 +254,11 @@ def test_check_one_is_undecided_where_both_splits_gave_the_same_slots() -> None:
         "beats_baseline"
     ][0]
     assert check["same_slots"] and check["passed"] is None and "slots" in check["why"]
+    # 16 slots held both jobs' 8 keys: the report says the slots were not scarce
+    assert "fitted in 16 of the 16 slots" not in check["why"]
+    roomy = build_jobs_summary({**RUN, "hot_slots": 64}, two_jobs(savings=(more, more), slots=same))
+    [loose] = roomy["checks"]["beats_baseline"]
+    assert "every job's keys fitted in 16 of the 64 slots" in loose["why"]
 
 
 def test_check_two_allows_the_loss_the_model_predicts_and_no_more() -> None:
