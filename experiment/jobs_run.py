@@ -16,9 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from controller.hotset import HotSet, JobDemand, equal_split, load_stats, split_slots
+from controller.hotset import HotSet, JobDemand, equal_split, split_slots
 from experiment import hotset, report
 from experiment.config import (
+    PER_JOB_OPTIONS,
     PreflightError,
     RunConfig,
     Split,
@@ -34,11 +35,18 @@ from experiment.jobs_summary import (
     jobs_plot,
     jobs_table,
 )
-from experiment.model import predict, workload_of
-from experiment.procedure import calibrate, record_link_rates, record_network, write_config
+from experiment.procedure import (
+    bound,
+    calibrate,
+    record_link_rates,
+    record_network,
+    warmup_counts,
+    warmup_summary,
+    write_config,
+)
 from experiment.results import PhaseResult
 from experiment.runner import Experiment, preflight
-from experiment.schema import ModelBound, Summary, WarmupHotSet
+from experiment.schema import ModelBound, Summary
 from experiment.summary import build_summary
 from experiment.testbed import JobHosts, Testbed
 from hosts.stats import dumps_strict
@@ -59,11 +67,7 @@ def choose_splits(
     less than once per warm-up iteration stay on the PS, as in a one-job run."""
     demands = {}
     for job, phase in zip(bed.jobs, warmup):
-        freqs: dict[int, int] = {}
-        for f in sorted(phase.dir.glob("freq*.csv")):
-            for key, n in load_stats(f).items():
-                freqs[key] = freqs.get(key, 0) + n
-        demands[job.job_id] = JobDemand(freqs, cfg.warmup)
+        demands[job.job_id] = JobDemand(warmup_counts(phase), cfg.warmup)
     choosers = {Split.SAVINGS: split_slots, Split.EQUAL: equal_split}
     return {split: choosers[split](demands, cfg.hot_slots) for split in splits_measured(cfg)}
 
@@ -74,26 +78,13 @@ def job_bound(
     """The job's bound (experiment/model.py) on its own hosts' view of the shared switch:
     its links, at the rates they ran at; None where a link has no rate."""
     hosts = [h.name for h in (*job.workers, *job.parameter_servers)]
-    topology = bed.topology.with_hosts_only(hosts)
-    if any(link.bandwidth is None for link in topology.links):
-        return None
-    prediction = predict(
-        workload_of(config),
-        job.cfg.workers,
-        job.cfg.iterations,
-        None,
-        set(hot.keys),
-        hot.coverage,
-        stream_offset=measured_stream_offset(job.cfg),
-        topology=topology,
-    )
-    return prediction.as_dict()
+    return bound(job.cfg, config, hot.keys, hot.coverage, bed.topology.with_hosts_only(hosts))
 
 
 def job_config(job: JobHosts, run_config: dict[str, Any]) -> dict[str, Any]:
     """The job's config.json: the run's (links, target, ports) with the job's own options."""
     own = job.cfg.as_dict()
-    keep = ("workers", "skew", "keys", "keys_per_iter", "seed", "workload", "job_id")
+    keep = (*PER_JOB_OPTIONS, "job_id")
     return {**run_config, **{k: own[k] for k in keep}, "jobs": 1, "per_job": {}}
 
 
@@ -188,18 +179,11 @@ def job_outcomes(
         summaries: dict[str, Summary] = {}
         for split, phases in offload.items():
             hot = splits[split][job.job_id]
-            warm: WarmupHotSet = {
-                "keys": len(hot.keys),
-                "coverage": hot.coverage,
-                "covered": hot.covered,
-                "total": hot.total,
-                "candidates": hot.candidates,
-            }
             modes = {"warmup": warmup[j], "server": server[j], "offload": phases[j]}
             summaries[str(split)] = build_summary(
                 jconfig,
                 modes,
-                warm,
+                warmup_summary(hot),
                 job.cfg.workers,
                 1,
                 [agg],

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.errors import ControllerError
-from controller.hotset import choose, load_stats
+from controller.hotset import HotSet, choose, load_stats
 from experiment import hotset, report
 from experiment.config import (
     AUTO_RATES,
@@ -30,6 +30,7 @@ from experiment.configline import topology_shape
 from experiment.fidelity import PS_LINK_SATURATED
 from experiment.model import compute_table, predict, time_scale, workload_of
 from experiment.processes import ProcessDied
+from experiment.results import PhaseResult
 from experiment.runner import Experiment, preflight
 from experiment.schema import ModelBound, WarmupHotSet
 from experiment.summary import build_summary
@@ -69,10 +70,7 @@ def run(cfg: RunConfig) -> int:
         phases["warmup"] = exp.run_phase("warmup", cfg.warmup, False, stream_offset=offset)
         config["initial_rto_ms"] = round(1e3 * exp.learn_initial_rto(phases["warmup"]), 1)
         save_config()
-        freqs: dict[int, int] = {}
-        for f in sorted(phases["warmup"].dir.glob("freq*.csv")):
-            for key, n in load_stats(f).items():
-                freqs[key] = freqs.get(key, 0) + n
+        freqs = warmup_counts(phases["warmup"])
         # HOT_SLOTS is the budget; keys updated less than once per warm-up iteration (on
         # average) are left on the PS, since their slots would cost more to collect each
         # iteration than they save (controller.hotset.choose).
@@ -109,18 +107,11 @@ def run(cfg: RunConfig) -> int:
         )
         if cfg.hotset == HotSetMode.DYNAMIC:
             hotset.report_steps(phases["offload"].hotset_steps)
-        warmup_hot_set: WarmupHotSet = {
-            "keys": len(hot.keys),
-            "coverage": hot.coverage,
-            "covered": hot.covered,
-            "total": hot.total,
-            "candidates": hot.candidates,
-        }
         shards = len(bed.topology.parameter_servers)
         summary = build_summary(
             config,
             phases,
-            warmup_hot_set,
+            warmup_summary(hot),
             cfg.workers,
             shards,
             [agg],
@@ -143,6 +134,26 @@ def run(cfg: RunConfig) -> int:
         say("ERROR: the parameters of the two modes differ; see summary.json params_sha256")
         return 1
     return 0
+
+
+def warmup_counts(phase: PhaseResult) -> dict[int, int]:
+    """Each key's updates in a warm-up phase, over its PS shards' frequency files."""
+    freqs: dict[int, int] = {}
+    for f in sorted(phase.dir.glob("freq*.csv")):
+        for key, n in load_stats(f).items():
+            freqs[key] = freqs.get(key, 0) + n
+    return freqs
+
+
+def warmup_summary(hot: HotSet) -> WarmupHotSet:
+    """summary.json's `warmup_hot_set` of the hot set the warm-up's counts chose."""
+    return {
+        "keys": len(hot.keys),
+        "coverage": hot.coverage,
+        "covered": hot.covered,
+        "total": hot.total,
+        "candidates": hot.candidates,
+    }
 
 
 def write_config(run_dir: Path, config: dict[str, Any]) -> None:
