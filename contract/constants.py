@@ -55,6 +55,8 @@ FLAG_FROM_SWITCH = _p4("FLAG_FROM_SWITCH")
 FLAG_RETRANSMIT = _p4("FLAG_RETRANSMIT")
 FLAG_INVALIDATE = _p4("FLAG_INVALIDATE")  # COLLECT only: the mask asks to untag cache entries
 FLAG_CHAIN = _p4("FLAG_CHAIN")  # WRITEBACK only: on to chain_next, acked by the last leaf
+# DONE only, never answered: the worker's hot pushes of the iteration are all acked (section 7)
+FLAG_HOT_PUSHED = _p4("FLAG_HOT_PUSHED")
 
 # --- switch sizes (p4src/include/sizes.p4) ---
 NUM_SLOTS = _p4("NUM_SLOTS")
@@ -131,6 +133,7 @@ class Stat(IntEnum):
     FLUSH_ABSORBED = _p4("STAT_FLUSH_ABSORBED")
     CHAIN_FORWARD = _p4("STAT_CHAIN_FORWARD")
     SLOT_BUSY = _p4("STAT_SLOT_BUSY")  # section 8: copy holds an older unread iteration
+    SLOT_FLUSHED = _p4("STAT_SLOT_FLUSHED")  # section 7: a push of an iteration flushed here
 
 
 def _check_declares_every_const(enum: type[IntEnum], prefix: str, *not_members: str) -> None:

@@ -74,6 +74,8 @@ REGISTER_FLUSH_COUNT = _pinned("REGISTER_FLUSH_COUNT")
 REGISTER_FLUSH_ITER = _pinned("REGISTER_FLUSH_ITER")
 # Consistency modes (docs/design.md section 8): per job, the newest iteration the PS has read.
 REGISTER_COLLECTED_ITER = _pinned("REGISTER_COLLECTED_ITER")
+# Aggregation at every leaf (section 7): per job, the iteration this switch was last flushed for.
+REGISTER_FLUSHED_ITER = _pinned("REGISTER_FLUSHED_ITER")
 # The digest is named after its struct type; p4c ignores @id there, so its id is p4c's hash
 # of the name (scripts/gen_p4info.py), like the HotKeyLookup objects'.
 DIGEST_SKETCH = "sketch_digest_t"

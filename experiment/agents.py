@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.constants import HOTAGG_PORT
-from experiment.config import RunConfig, freq_name
+from experiment.config import Aggregate, RunConfig, freq_name
 from hosts.compute import ComputeSpec
 
 
@@ -124,12 +124,16 @@ def worker_argv(
     'ready', waits for 'go' on stdin and reports its progress (experiment/processes.py)."""
     files = worker_files(plan, worker)
     rto = ["--rto-initial", f"{plan.initial_rto:.4f}"] if plan.initial_rto else []
+    # AGGREGATE=leaves: the PS flushes a leaf once its rack's hot pushes are acked
+    leaves = plan.collect and cfg.aggregate is Aggregate.LEAVES
+    hot_pushed = ["--signal-hot-pushed"] if leaves else []
     args = [
         "--job", str(cfg.job_id), "--worker-id", str(worker),
         "--ps", ",".join(f"{p}:{HOTAGG_PORT}" for p in ps_ips),
         "--iterations", str(plan.iterations), "--bind", f"{ip}:0",
         "--log", str(files.log), "--summary", str(files.summary),
         "--deadline", str(plan.deadline), "--progress", "--wait-go",
-        *rto, *hot_key_args(plan), *compute_args(cfg, plan), *workload_args(cfg, plan),
+        *rto, *hot_pushed, *hot_key_args(plan), *compute_args(cfg, plan),
+        *workload_args(cfg, plan),
     ]  # fmt: skip
     return python_module("hosts.worker", args)

@@ -457,6 +457,10 @@ def predict(
                     flows[mode][ps, host] += PACKET_OVERHEAD
                     phased[mode].add(phased[mode].barrier[i], host, ps, PACKET_OVERHEAD)
                     phased[mode].add(phased[mode].barrier[i], ps, host, PACKET_OVERHEAD)
+                if aggregate == "leaves":  # the unanswered DONE flagged HOT_PUSHED
+                    flows["offload"][host, ps] += PACKET_OVERHEAD
+                    offload_push = phased["offload"].push[i][w]
+                    phased["offload"].add(offload_push, host, ps, PACKET_OVERHEAD)
                 if stops[s] in design.upward:
                     hot_keys = keys[in_shard & is_hot].tolist()
                     rack_hot.setdefault((stops[s], i), set()).update(hot_keys)

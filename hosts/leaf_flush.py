@@ -3,10 +3,11 @@
 With aggregation at every leaf, a remote leaf holds its rack's sums of iteration t. The PS
 sends each remote leaf one FLUSH per batch of MAX_ENTRIES slot offsets; the leaf turns it into
 a partial PUSH (its pseudo-worker's id and the FLUSH's seq) that the root absorbs like any
-push. A leaf is flushed as soon as every worker of its rack has said DONE(t) (a DONE follows
-all its pushes' acks, and no other worker's push crosses that leaf), so the flushes of the
-racks that finish first overlap the other racks' pushes; a leaf whose rack is not known is
-flushed at the barrier. FLUSHes are not answered: the root counts the partial PUSHes it
+push. A leaf is flushed as soon as every worker of its rack has said that its hot pushes of
+t are acked (a DONE flagged HOT_PUSHED, or DONE(t)), so the partial sums cross the spine
+while the cold pushes still queue on the PS's link; a push of t the leaf gets after that is
+summed nearer the PS (the leaf's flushed_iter). A leaf whose rack is not known is flushed at
+the barrier. FLUSHes are not answered: the root counts the partial PUSHes it
 absorbed whole, and at the barrier the PS reads that count with an empty COLLECT (a probe),
 adding the partial PUSHes that reached it with refused entries. Short of the number sent, it
 probes again later and, once the count stops growing past a timeout, sends every unconfirmed
@@ -94,7 +95,8 @@ class LeafFlush:
         self._first_at, self._last_count = self._clock(), (0.0, 0)
 
     def racks_done(self, iteration: int, done: Collection[int]) -> None:
-        """Workers `done` have said DONE(`iteration`): flush every leaf whose whole rack has."""
+        """Workers `done` have said their hot pushes of `iteration` are acked (HOT_PUSHED or
+        DONE): flush every leaf whose whole rack has."""
         if iteration != self.iteration:
             self._begin(iteration)
         ready = [

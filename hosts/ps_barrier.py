@@ -57,6 +57,7 @@ class IterationState:
     number: int
     phase: Phase = Phase.ACCUMULATING
     done: dict[int, tuple[float, float]] = field(default_factory=dict)  # worker -> DONE times
+    hot_pushed: set[int] = field(default_factory=set)  # workers whose hot pushes are acked
     cold_keys: list[int] = field(default_factory=list)  # first-time cold pushes
     cold_values: list[int] = field(default_factory=list)
     collected_keys: list[int] = field(default_factory=list)  # the switch's sums
@@ -196,11 +197,12 @@ class Barrier:
         self._chain(self.cur, keys, self.params[keys].tolist())
 
     def on_done(self) -> None:
-        """A worker's DONE for `cur` came in: flush the remote leaves whose racks are all
-        done now, while the other racks still push (docs/design.md section 7)."""
+        """A worker's DONE for `cur`, or its word that its hot pushes are acked, came in:
+        flush the remote leaves whose racks are all that far, while the rest still push
+        (docs/design.md section 7)."""
         it = self.it
         if self.flush is not None and it.phase is Phase.ACCUMULATING:
-            self.flush.racks_done(it.number, it.done.keys())
+            self.flush.racks_done(it.number, it.done.keys() | it.hot_pushed)
 
     def finalize(self) -> None:
         """Every worker's DONE for `cur` is in: collect (or, server-only, apply at once)."""

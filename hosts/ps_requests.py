@@ -13,7 +13,9 @@
 - DONE(t) from every worker starts the barrier (hosts/ps_barrier.py); its release sends
   DONE_ACK(t) to all workers (`release`), again to any later DONE(t). While workers are
   retransmitting, each DONE_ACK is sent twice. Its entries name keys that left the switch's
-  cache (hosts/switch_cache.py), so that workers stop grouping them as cached.
+  cache (hosts/switch_cache.py), so that workers stop grouping them as cached. A DONE flagged
+  HOT_PUSHED is not a DONE: it is never answered and only lets a remote leaf be flushed
+  (AGGREGATE=leaves, docs/design.md section 7).
 - COLLECT_REPLY and WRITEBACK_ACK, the switch's answers, go to the barrier.
 DONE.seq must equal this shard's index (the worker's shard list must match ours).
 
@@ -37,6 +39,7 @@ from contract.codec import CodecError, Message, decode, encode
 from contract.constants import (
     DEDUP_WINDOW,
     FLAG_FROM_SWITCH,
+    FLAG_HOT_PUSHED,
     FLAG_RETRANSMIT,
     INT32_MAX,
     INT32_MIN,
@@ -122,6 +125,8 @@ class RequestHandler:
             result = self._on_pull(m, addr, arrival, start)
             if result == "replied":
                 return  # logged by _answer_pull
+        elif m.op == Op.DONE and m.flags & FLAG_HOT_PUSHED:
+            result = self._on_hot_pushed(m)
         elif m.op == Op.DONE:
             result = self._on_done(m, addr, arrival, start)
         elif m.op == Op.COLLECT_REPLY:
@@ -135,7 +140,7 @@ class RequestHandler:
             print(f"ps: {_MISCONFIGURED[result]} (from {addr[0]}:{addr[1]}: {m})", file=sys.stderr)
         self.counters[result] += 1
         # DONEs are logged when DONE_ACK goes out; switch replies with their requests.
-        if result not in ("barrier", "collect_reply", "writeback_ack"):
+        if result not in ("barrier", "collect_reply", "writeback_ack", "hot_pushed"):
             replied = result in ("accepted", "dup", "reack")
             name = _OP_NAMES.get(m.op) or str(m.op)
             self._row(arrival, start, self._sent_at if replied else None, name, m, result, addr)
@@ -252,6 +257,19 @@ class RequestHandler:
         self._send(reply, addr)
         self.counters["pull"] += 1
         self._row(arrival, start, self._sent_at, "PULL", m, "replied", addr, stale)
+
+    def _on_hot_pushed(self, m: Message) -> str:
+        """A worker's hot pushes of an iteration are all acked (a DONE flagged HOT_PUSHED,
+        never answered): its leaf may be flushed once its whole rack has said so or sent
+        DONE (docs/design.md section 7). Counted only; a late or early one changes nothing."""
+        b = self.barrier
+        if m.seq != self.cfg.shard:
+            return "bad_shard"
+        if m.iteration != b.cur or b.it.phase is not Phase.ACCUMULATING:
+            return "hot_pushed_late"
+        b.it.hot_pushed.add(m.worker_id)
+        b.on_done()
+        return "hot_pushed"
 
     def _on_done(self, m: Message, addr: Address, arrival: float, start: float) -> str:
         b = self.barrier

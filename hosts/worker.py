@@ -51,10 +51,11 @@ from typing import TypeVar
 import numpy as np
 
 from contract.clihelp import HelpParser
-from contract.codec import CodecError, Message, decode
+from contract.codec import CodecError, Message, decode, encode
 from contract.constants import (
     DEDUP_WINDOW,
     FLAG_FROM_SWITCH,
+    FLAG_HOT_PUSHED,
     HOTAGG_PORT,
     MAX_ENTRIES,
     MAX_WORKERS,
@@ -126,6 +127,9 @@ class WorkerConfig:
     progress: bool = False  # one flushed stdout line per finished iteration (for runners)
     hot_keys: list[int] | None = None  # keys the controller made hot: grouped from the start
     compute: ComputePlan | None = None  # emulated compute per iteration (hosts/compute.py)
+    # Aggregation at every leaf: tell the PS once this iteration's hot pushes are acked, so
+    # it can flush this worker's leaf while the cold pushes still queue (design.md section 7)
+    signal_hot_pushed: bool = False
 
     def validate(self) -> None:
         if not 0 <= self.job_id < 1 << 16:
@@ -421,10 +425,18 @@ class Worker:
             k, v = tuple(keys[pos].tolist()), tuple(values[pos].tolist())
             m = Message(Op.PUSH, 0, job, me, seq, t, 0, k, v)
             reqs.append(Request(m, self.cfg.ps[shard], "push", _Entries(shard, hot=len(k) * hot)))
+        hot_left = sum(1 for r in reqs if r.context.hot) if self.cfg.signal_hot_pushed else -1
+        if hot_left == 0:
+            self._hot_pushed(t)
 
         def on_reply(req: _Request, m: Message) -> bool:
+            nonlocal hot_left
             if m.iteration != t:
                 return False
+            if req.context.hot and hot_left > 0:
+                hot_left -= 1
+                if hot_left == 0:
+                    self._hot_pushed(t)
             for i, key in enumerate(req.msg.keys):
                 if m.mask >> i & 1:
                     self.hot.add(key)
@@ -438,6 +450,14 @@ class Worker:
             return True
 
         self._transfer(self._data, t, reqs, Op.PUSH_ACK, on_reply)
+
+    def _hot_pushed(self, t: int) -> None:
+        """DONE(t) flagged HOT_PUSHED to every shard, once and never answered: a lost one
+        only leaves the leaf's flush to the plain DONE(t) (docs/design.md section 7)."""
+        job, me = self.cfg.job_id, self.cfg.worker_id
+        for shard, addr in enumerate(self.cfg.ps):
+            self._send(encode(Op.DONE, job, me, shard, t, flags=FLAG_HOT_PUSHED), addr)
+        self.counters["hot_pushed_sent"] += 1
 
     def _done(self, t: int, idle: Callable[[], T] | None = None) -> T | None:
         """DONE(t) to every shard until each acks; returns what `idle` (run once, while the
@@ -599,6 +619,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-group-hot", action="store_true", help="mix hot and cold keys")
     p.add_argument(
+        "--signal-hot-pushed",
+        action="store_true",
+        help="send the PS a DONE flagged HOT_PUSHED once an iteration's hot pushes are acked "
+        "(aggregation at every leaf: the PS flushes the leaf then)",
+    )
+    p.add_argument(
         "--deadline",
         type=float,
         default=900.0,
@@ -637,6 +663,7 @@ def main(argv: list[str] | None = None) -> int:
             rto_max=max(args.rto, args.rto_max),
             rto_initial=args.rto_initial,
             group_hot=not args.no_group_hot,
+            signal_hot_pushed=args.signal_hot_pushed,
             deadline=args.deadline or None,
             log_path=args.log,
             summary_path=args.summary,

@@ -308,9 +308,18 @@ control HotaggIngress(inout headers_t hdr,
                             meta.push_fresh = verdict == DedupVerdict.FRESH;
                             meta.lookup_keys = meta.push_fresh;
                             if (meta.push_fresh) {
-                                sketch_config.apply(meta);  // cold-key sketch on or off
-                                collected.apply(false, meta.job.index,
-                                                hdr.hotagg.iteration, meta.collected);
+                                collected.apply(false, false, meta.job.index,
+                                                hdr.hotagg.iteration, meta.collected,
+                                                meta.flushed);
+                                if (meta.flushed == hdr.hotagg.iteration) {
+                                    // §7: this switch's sums of the iteration were
+                                    // flushed; adding to them now would be lost, so every
+                                    // entry goes on toward the PS (no lookup, no sketch).
+                                    meta.lookup_keys = false;
+                                    stats.count(STAT_SLOT_FLUSHED);
+                                } else {
+                                    sketch_config.apply(meta);  // cold-key sketch on or off
+                                }
                             }
                         }
                     }
@@ -323,8 +332,8 @@ control HotaggIngress(inout headers_t hdr,
                     stats.count(STAT_COLLECT);
                     switch_op = true;
                     meta.rewrite = true;
-                    collected.apply(true, meta.job.index, hdr.hotagg.iteration,
-                                    meta.collected);
+                    collected.apply(true, false, meta.job.index, hdr.hotagg.iteration,
+                                    meta.collected, meta.flushed);
                 } else if (hdr.hotagg.op == OP_WRITEBACK) {
                     stats.count(STAT_WRITEBACK);
                     switch_op = true;
@@ -344,8 +353,8 @@ control HotaggIngress(inout headers_t hdr,
                         switch_op = true;
                         meta.rewrite = true;
                         load_flush_batch();
-                        collected.apply(true, meta.job.index, hdr.hotagg.iteration,
-                                        meta.collected);
+                        collected.apply(true, true, meta.job.index, hdr.hotagg.iteration,
+                                        meta.collected, meta.flushed);
                     }
                 } else {
                     // Ops 2, 4, 5, 6, 8, 10 pass unchanged.

@@ -243,6 +243,7 @@ def describe() -> Program:
         Register(n.REGISTER_FLUSH_COUNT, 32, c.FLUSH_COUNT_SIZE),
         Register(n.REGISTER_FLUSH_ITER, 32, c.FLUSH_COUNT_SIZE),
         Register(n.REGISTER_COLLECTED_ITER, 32, c.MAX_JOBS),
+        Register(n.REGISTER_FLUSHED_ITER, 32, c.MAX_JOBS),
     ]
     prog.digests.append(Digest(n.DIGEST_SKETCH, n.DIGEST_SKETCH_FIELDS))
     prog.controller_headers += [

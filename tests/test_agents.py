@@ -65,6 +65,7 @@ def run_job(
     freq_every=0,
     freq_suffix=".csv",
     sync="bsp",
+    signal_hot_pushed=False,
 ):
     """PS shard threads + worker threads, optionally through a Relay; returns
     (combined params, PS summaries, worker results, PS objects). With `hot_keys` ({key:
@@ -118,6 +119,7 @@ def run_job(
                 group_hot=group_hot,
                 log_path=str(tmp_path / f"w{w}.csv"),
                 hot_keys=sorted(hot_keys) if hot_keys else None,
+                signal_hot_pushed=signal_hot_pushed,
             ),
             workload,
         )
@@ -613,6 +615,29 @@ def test_configured_hot_keys_are_cached_and_grouped_from_iteration_1(tmp_path) -
     assert all(s["counters"]["writeback_cached"] >= 1 for s in summaries)
     # the prefill's offsets let the first barrier refresh instead of writing back again
     assert all(s["counters"]["refreshed"] > 0 for s in summaries)
+
+
+def test_hot_pushed_signals_go_once_per_iteration_and_shard_and_change_no_sum(tmp_path) -> None:
+    """AGGREGATE=leaves: a worker tells each shard once per iteration that its hot pushes are
+    acked (an unanswered DONE flagged HOT_PUSHED); the PS counts it and the sums stay exact.
+    Through a switch with hot keys, so that hot pushes are acked by the switch first."""
+    wl = zipf()
+    hot = _switch(wl, 40)
+    sw = make_switch((0, 0, HOT_SLOTS), hot)
+    relay = lambda ups: Relay(ups, switch=sw)  # noqa: E731
+    iterations, workers = 4, 3
+    params, summaries, results, _ = run_job(
+        wl, workers, iterations, tmp_path, relay=relay, collect=True, hot_keys=hot, shards=2,
+        signal_hot_pushed=True,
+    )  # fmt: skip
+    check_exact(wl, workers, iterations, params, summaries)
+    assert all(r.counters["hot_pushed_sent"] == iterations for r in results)
+    for s in summaries:
+        counted = s["counters"]
+        assert counted["hot_pushed"] + counted.get("hot_pushed_late", 0) == workers * iterations
+        assert s["counters"]["hot_pushed"] > 0
+    # never answered: a worker's only replies are to its requests
+    assert all(r.counters.get("stray_replies", 0) == 0 for r in results)
 
 
 def test_hot_keys_file_round_trip_and_errors(tmp_path, capsys) -> None:

@@ -23,7 +23,8 @@ Left out, because the targets cannot agree on them by construction:
 Aggregation at every leaf (docs/design.md section 7): FLUSHes, partial PUSHes (FROM_SWITCH,
 from h4 as a remote leaf's pseudo-worker) and chained WRITEBACKs, and PS ops addressed to the
 service address or elsewhere, while the service address and chain_next change (`WRITES`):
-unset, set to an unrouted address, to h1's, cleared.
+unset, set to an unrouted address, to h1's, cleared. A FLUSH of the current iteration makes
+the pushes of it that follow SLOT_FLUSHED.
 
 Tenancy: the controller admits some (job, worker, port, address) and (job, PS, port, address)
 tuples and not others (`admit_initial`), the frames (requests, and replies to workers and to
@@ -1060,6 +1061,7 @@ def test_targets_agree_on_a_long_random_sequence(targets):
             "FLUSH_ABSORBED",
             "CHAIN_FORWARD",
             "SLOT_BUSY",
+            "SLOT_FLUSHED",
         ):
             assert stats[name][0] > 0, f"the sequence never caused {name}"
         assert len(targets[0].sketch_digests) > 10, "the sketch reported (almost) nothing"

@@ -1,16 +1,20 @@
-"""The PS's FLUSHes to the remote leaves (hosts/leaf_flush.py): waves, counts, resends. Pure."""
+"""The PS's FLUSHes to the remote leaves (hosts/leaf_flush.py): waves, counts, resends; and
+when the PS starts them (a rack's DONEs flagged HOT_PUSHED, over loopback UDP)."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import time
 from collections import Counter
 
 import pytest
 
-from contract.codec import decode
-from contract.constants import DEDUP_WINDOW, FLAG_RETRANSMIT, MAX_ENTRIES, Op
+from contract.codec import decode, encode
+from contract.constants import DEDUP_WINDOW, FLAG_HOT_PUSHED, FLAG_RETRANSMIT, MAX_ENTRIES, Op
 from hosts.agent import AgentError
 from hosts.leaf_flush import MIN_PROBE_GAP, MIN_RESEND, ROUND_SHRINK, Leaf, LeafFlush
-from hosts.ps import parse_leaf
+from hosts.ps import ParameterServer, parse_leaf
 from hosts.ps_config import PSConfig
 
 LEAVES = (Leaf(("10.0.2.254", 18497), 7), Leaf(("10.0.3.254", 18497), 8))
@@ -229,3 +233,48 @@ def test_leaf_configurations_that_cannot_work_are_refused(changes: dict, message
     base.update(changes)
     with pytest.raises(AgentError, match=message):
         PSConfig(**base).validate()  # type: ignore[arg-type]
+
+
+def test_a_rack_whose_hot_pushes_are_all_acked_is_flushed_before_its_dones() -> None:
+    """The PS flushes a remote leaf once every worker behind it has sent DONE flagged
+    HOT_PUSHED (or DONE): its cold pushes may still be queued on the PS's link then. The
+    flag is never answered; one for another iteration changes nothing."""
+    leaf_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    leaf_sock.bind(("127.0.0.1", 0))
+    leaf_sock.settimeout(0.05)
+    leaf = Leaf(leaf_sock.getsockname(), 5, frozenset({0, 1}))
+    config = PSConfig(
+        job_id=3, n_workers=3, key_space=100, bind=("127.0.0.1", 0), collect=True,
+        switch=("127.0.0.1", 9), hot_slots=16, leaves=(leaf,),
+    )  # fmt: skip
+    ps = ParameterServer(config)
+    worker = ("127.0.0.1", 40001)
+
+    def flushes() -> list:
+        got = []
+        with contextlib.suppress(TimeoutError):
+            while True:
+                got.append(decode(leaf_sock.recv(2048)))
+        return got
+
+    def hot_pushed(w: int, t: int) -> None:
+        data = encode(Op.DONE, 3, w, 0, t, flags=FLAG_HOT_PUSHED)
+        ps.requests.handle(data, worker, time.time())
+
+    try:
+        hot_pushed(0, 1)
+        hot_pushed(1, 2)  # a later iteration's: counted late, no flush
+        hot_pushed(2, 1)  # worker 2 is on the root's rack
+        assert flushes() == []
+        hot_pushed(1, 1)
+        sent = flushes()
+        assert [(m.op, m.iteration, m.worker_id, m.aux) for m in sent] == [
+            (Op.FLUSH, 1, 5, 0), (Op.FLUSH, 1, 5, 1)]  # fmt: skip
+        hot_pushed(1, 1)  # again: nothing twice
+        assert flushes() == []
+        counters = ps.counters
+        assert (counters["hot_pushed"], counters["hot_pushed_late"]) == (4, 1)
+        assert counters["flush_early"] == 1 and not ps.it.done  # no DONE came
+    finally:
+        ps.close()
+        leaf_sock.close()

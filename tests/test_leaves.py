@@ -13,7 +13,7 @@ import pytest
 
 from controller.tenancy import admissions_from_topology, leaf_admissions
 from experiment.config import RunConfig
-from experiment.model import predict, warmup_hot_set, workload_of
+from experiment.model import PACKET_OVERHEAD, predict, warmup_hot_set, workload_of
 from experiment.schema import load_summary
 from tests.test_e2e import SMALL, missing_prerequisites, run_cli
 from topologies.switches import REPO_ROOT, bmv2_missing
@@ -72,10 +72,13 @@ def test_the_model_moves_hot_traffic_off_the_spine_and_adds_flushes_to_the_ps_li
     leaves = predict(*args, topology=base.with_leaves_aggregating(), aggregate="leaves").offload
     spine = f"s{len(base.switches)}-s1"  # from the spine into the PS's leaf
     assert leaves.links[spine] < ps_leaf.links[spine]
-    # toward the PS the same cold traffic and one COLLECT_REPLY pass; from it, the FLUSHes
-    # and the chain on top of ps-leaf's
+    # toward the PS the same cold traffic, one COLLECT_REPLY pass and each worker's DONE
+    # flagged HOT_PUSHED; from it, the FLUSHes and the chain on top of ps-leaf's
     ps = base.parameter_servers[0].name
-    assert leaves.links[f"s1-{ps}"] == pytest.approx(ps_leaf.links[f"s1-{ps}"], rel=0.05)
+    hot_pushed = workers * PACKET_OVERHEAD
+    assert leaves.links[f"s1-{ps}"] == pytest.approx(
+        ps_leaf.links[f"s1-{ps}"] + hot_pushed, rel=0.05
+    )
     assert leaves.links[f"{ps}-s1"] > ps_leaf.links[f"{ps}-s1"]
 
 

@@ -106,6 +106,32 @@ def test_flush_turns_the_touched_slots_of_its_batch_into_a_partial_push(sut):
     assert only(sut.ports.exchange(PS, flush(0, iteration=3)), PS).agg.count == 0
 
 
+def test_a_fresh_push_of_a_flushed_iteration_adds_nothing_and_goes_on_to_the_ps(sut):
+    """The PS may flush a leaf before its rack's last push of t is in (a worker's cold push
+    can hold a key the leaf has a slot for). Such a push must not add to a sum that has left
+    in a partial PUSH: the leaf remembers the iteration it was flushed for and sends every
+    entry of a fresh push of it on toward the PS (design.md section 7)."""
+    sut.hot(JOB, {10: 0, 11: 1})
+    only(sut.ports.exchange(W1, push(W1, 1, [(10, 5)])), W1)  # summed here, acked
+    serve_at(sut, SERVICE)
+    first = only(sut.ports.exchange(PS, flush(0)), PS)
+    assert [(e.key, e.value) for e in first.agg.entries] == [(10, 5)]
+    before = sut.stats()
+    late = push(W2, 1, [(10, 3), (11, 2)])
+    got = only(sut.ports.exchange(W2, late), PS)
+    assert delta(sut, before) == {Stat.PUSH: 1, Stat.SLOT_FLUSHED: 1, Stat.COLD_FORWARDED: 2}
+    assert (got.agg.op, got.agg.mask, got.agg.count) == (Op.PUSH, 0, 2)
+    assert [(e.key, e.value) for e in got.agg.entries] == [(10, 3), (11, 2)]
+    # Its duplicate goes on the same way; a repeated FLUSH reads the same sums.
+    before = sut.stats()
+    assert only(sut.ports.exchange(W2, late), PS).data == got.data
+    assert delta(sut, before) == {Stat.PUSH: 1, Stat.PUSH_DUP: 1, Stat.COLD_FORWARDED: 2}
+    assert only(sut.ports.exchange(PS, flush(0, seq=8)), PS).agg.entries == first.agg.entries
+    # Another iteration is summed here as before.
+    ack = only(sut.ports.exchange(W1, push(W1, 2, [(10, 4)], iteration=2)), W1).agg
+    assert (ack.op, ack.mask) == (Op.PUSH_ACK, 1)
+
+
 def test_flush_past_the_jobs_slots_yields_an_empty_partial_push(sut):
     sut.hot(JOB, {10: 0})
     only(sut.ports.exchange(W1, push(W1, 1, [(10, 5)])), W1)

@@ -180,6 +180,9 @@ struct local_metadata_t {
     // slot_store.p4 CollectedIter (docs/design.md §8), read for a fresh PUSH: the newest
     // iteration of the job whose slot copies the PS has read; older unread copies are busy.
     iteration_t  collected;
+    // ... and the iteration the PS last FLUSHed this switch for (§7): a fresh PUSH of it is
+    // not aggregated here.
+    iteration_t  flushed;
     job_meta_t   job;
     entry_meta_t entry;
     sketch_meta_t sketch;

@@ -60,11 +60,12 @@
 #define HOTAGG_ID_REGISTER_FLUSH_COUNT 0x1600000b  // HotaggIngress.flush_count
 #define HOTAGG_ID_REGISTER_FLUSH_ITER 0x1600000c  // HotaggIngress.flush_iter
 #define HOTAGG_ID_REGISTER_COLLECTED_ITER 0x1600000d  // HotaggIngress.collected_iter
+#define HOTAGG_ID_REGISTER_FLUSHED_ITER 0x1600000e  // HotaggIngress.flushed_iter
 
 // Digests (0x17): none pinned. sketch_digest_t (sketch.p4) is named after its struct type,
 // and p4c ignores an @id there: it gets p4c's hashed id, 0x17159c53.
 
 // Next free: action 0x0100000c, table 0x02000009, counter 0x12000004,
-// direct counter 0x13000001, register 0x1600000e.
+// direct counter 0x13000001, register 0x1600000f.
 
 #endif  /* HOTAGG_IDS_P4 */

@@ -39,7 +39,7 @@ const bit<32> IPV4_LPM_SIZE = 1024;
 // (= MAX_JOBS * MAX_WORKERS), and up to 4 PS hosts (shards) per job.
 const bit<32> WORKER_ADMISSION_SIZE = 1024;
 const bit<32> PS_ADMISSION_SIZE = 64;
-const bit<32> STATS_SIZE = 32;       // stats reasons 0..29 plus room to grow
+const bit<32> STATS_SIZE = 32;       // stats reasons 0..31
 // drop_sim rate unit: rate = probability * DROP_SCALE; r is drawn from [0, DROP_SCALE - 1].
 const bit<32> DROP_SCALE = 65536;
 

@@ -245,23 +245,34 @@ control SlotStore(inout headers_t hdr, inout local_metadata_t meta)(counter stat
 // A COLLECT or FLUSH of iteration t records t - 1 (the PS sends one only once every
 // COLLECT of t - 1 was answered); a fresh PUSH reads it. Packet-level, not per entry: an
 // empty COLLECT records it too. No tables, so it may be applied at two places.
+// A FLUSH of t (`flush`) also records t as `flushed_iter` (§7): this switch's sums of t are
+// leaving, so a fresh PUSH of t that reads it adds nothing here.
 control CollectedIter(in bool record,
+                      in bool flush,
                       in job_index_t job_index,
                       in iteration_t iteration,
-                      out iteration_t collected) {
+                      out iteration_t collected,
+                      out iteration_t flushed) {
 
     @name(".HotaggIngress.collected_iter") @id(HOTAGG_ID_REGISTER_COLLECTED_ITER)
     register<iteration_t>(MAX_JOBS) collected_iter;
+    @name(".HotaggIngress.flushed_iter") @id(HOTAGG_ID_REGISTER_FLUSHED_ITER)
+    register<iteration_t>(MAX_JOBS) flushed_iter;
 
     apply {
         reg_index_t cell = ((reg_index_t)job_index) & DEDUP_JOB_MASK;
+        flushed = iteration;
         if (record) {
             collected = iteration - 1;
             if (iteration != 0) {
                 collected_iter.write(cell, collected);
+                if (flush) {
+                    flushed_iter.write(cell, iteration);
+                }
             }
         } else {
             collected_iter.read(collected, cell);
+            flushed_iter.read(flushed, cell);
         }
     }
 }

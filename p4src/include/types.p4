@@ -61,6 +61,9 @@ const flags_t FLAG_FROM_SWITCH = 0x01;  // set on replies the switch generates
 @noWarn("unused") const flags_t FLAG_RETRANSMIT = 0x02;  // informative only; the switch never reads it
 const flags_t FLAG_INVALIDATE = 0x04;   // COLLECT only: the mask untags cache entries
 const flags_t FLAG_CHAIN = 0x08;        // WRITEBACK only: go on to chain_next, ack at the end
+// DONE only, never answered: the worker's hot pushes of the iteration are all acked (§7: the
+// PS may flush its leaf then). Switches pass it as any DONE.
+@noWarn("unused") const flags_t FLAG_HOT_PUSHED = 0x10;
 
 // Cells of HotaggIngress.stats (docs/design.md §2, "Stats reasons").
 const stat_t STAT_MALFORMED = 0;
@@ -105,6 +108,9 @@ const stat_t STAT_CHAIN_FORWARD = 29;   // chained WRITEBACK cached, then sent o
 // Consistency modes (slot_store.p4, docs/design.md §8): a hot entry whose slot copy holds an
 // older iteration the PS has not read yet goes to the PS instead of overwriting it.
 const stat_t STAT_SLOT_BUSY = 30;
+// Aggregation at every leaf (§7): a fresh PUSH of the iteration this switch was flushed for
+// is not aggregated here; its entries go on toward the PS (the flushed sums left already).
+const stat_t STAT_SLOT_FLUSHED = 31;
 
 /* ---- parser errors ---- */
 // count > MAX_ENTRIES: the parser rejects before walking past the header stack. v1model

@@ -60,6 +60,8 @@ class Pipeline:
         self.flush_iter = r[names.REGISTER_FLUSH_ITER].values
         # consistency modes (docs/design.md section 8): per job, the newest iteration read
         self.collected_iter = r[names.REGISTER_COLLECTED_ITER].values
+        # ... and the iteration a FLUSH last read this switch's sums of (section 7)
+        self.flushed_iter = r[names.REGISTER_FLUSHED_ITER].values
         # Receives each digest (job_id, key, epoch, estimate) the pipeline emits; the
         # P4Runtime server sets it (p4rt/digests.py). None: digests are kept in `digests`.
         self.digest_sink: Callable[[tuple[int, ...]], None] | None = None

@@ -82,10 +82,12 @@ def flush(p: Pipeline, frame: bytes, nbytes: int, job: tuple, it: int) -> bytear
     `it` among offsets 8 * aux .. 8 * aux + 7 of the job become the entries, in offset
     order, of a partial PUSH from this switch (the FLUSH's destination) to the PS (its
     source), UDP port HOTAGG_PORT to HOTAGG_PORT. Bytes after the header (padding) stay
-    after the entries, as a P4 payload would."""
+    after the entries, as a P4 payload would. The job's flushed_iter becomes `it`."""
     p.stats_packets[FLUSH] += 1
     p.stats_bytes[FLUSH] += nbytes
     record_collected(p, job[0], it)
+    if it:  # as collected_iter: a fresh push of `it` adds nothing here now (push.py)
+        p.flushed_iter[job[0] & JOB_MASK] = it
     _, slot_base, slot_count = job
     first = U16.unpack_from(frame, HA_AUX)[0] << FLUSH_BATCH_BITS
     base = (it & 1) * NUM_SLOTS + slot_base

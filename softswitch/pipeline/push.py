@@ -53,6 +53,7 @@ COLD_FORWARDED = Stat.COLD_FORWARDED.value
 OVERFLOW = Stat.OVERFLOW.value
 SLOT_CONFLICT = Stat.SLOT_CONFLICT.value
 SLOT_BUSY = Stat.SLOT_BUSY.value
+SLOT_FLUSHED = Stat.SLOT_FLUSHED.value
 PUSH_SWITCH_ACK = Stat.PUSH_SWITCH_ACK.value
 FLUSH_ABSORBED = Stat.FLUSH_ABSORBED.value
 PUSH_ACK = Op.PUSH_ACK.value
@@ -181,16 +182,23 @@ def push(
         sb[PUSH_STALE] += nbytes
         return []
     else:
-        misses: list[int] = []
-        mask = aggregate(p, frame, nbytes, count, job_id, job, it, misses)
-        epoch, threshold = p.t_sketch._default_rec[1]
-        if threshold and misses:  # the cold-key sketch is on (sketch.py)
-            digest = count_cold(p, job_id, misses, nbytes, epoch, threshold)
-            if digest is not None:
-                if p.digest_sink is None:
-                    p.digests.append(digest)
-                else:
-                    p.digest_sink(digest)
+        if it == p.flushed_iter[job[0] & JOB_MASK]:
+            # this switch's sums of `it` were flushed (leaves.py): nothing is added to them
+            # now, every entry goes on toward the PS (no lookup, no sketch; design.md §7)
+            sp[SLOT_FLUSHED] += 1
+            sb[SLOT_FLUSHED] += nbytes
+            mask = 0
+        else:
+            misses: list[int] = []
+            mask = aggregate(p, frame, nbytes, count, job_id, job, it, misses)
+            epoch, threshold = p.t_sketch._default_rec[1]
+            if threshold and misses:  # the cold-key sketch is on (sketch.py)
+                digest = count_cold(p, job_id, misses, nbytes, epoch, threshold)
+                if digest is not None:
+                    if p.digest_sink is None:
+                        p.digests.append(digest)
+                    else:
+                        p.digest_sink(digest)
         p.dedup_seq[d] = seq
         p.dedup_mask[d] = mask
         fresh = True
