@@ -129,3 +129,17 @@ def test_staleness_grows_with_the_slack() -> None:
     assert stale[0] == 0.0
     assert stale[1] is not None and stale[2] is not None and stale[None] is not None
     assert 0.0 < stale[1] <= 1.0 and stale[1] < stale[2] <= 2.0 < stale[None]
+
+
+def test_the_report_names_each_modes_model() -> None:
+    """The terminal table and report.md name the model of the run's SYNC mode, not BSP's."""
+    from experiment.report import compute_line
+
+    p, c = prediction(), compute(80.0, straggler=3.0)
+    for sync, name in (("bsp", "model with compute:"), ("ssp:2", "ssp:2 model:"),
+                       ("async", "async model:")):  # fmt: skip
+        line = compute_line({"model": p.as_dict(c, sync)})
+        assert line is not None and line.startswith(name)
+    # without COMPUTE, ssp and async still have their own model; BSP only the bound
+    assert "iteration" in p.as_dict(None, "async")
+    assert "iteration" not in p.as_dict(None, "bsp")
