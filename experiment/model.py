@@ -35,10 +35,12 @@ each aggregating switch exchanges per iteration (an `Aggregation`).
 
 from __future__ import annotations
 
+import heapq
 import ipaddress
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, cast
 
 import numpy as np
@@ -50,6 +52,7 @@ from experiment.config import WARMUP_STREAM_OFFSET, RunConfig
 from experiment.schema import IterationBound, ModelBound, ModeLoad, directed_link
 from hosts import workloads
 from hosts.compute import ComputePlan, ComputeSpec, Stragglers
+from hosts.ps_config import SyncMode
 from hosts.workloads import Workload
 from topologies.generate import star
 from topologies.topology import Topology, parse_topology
@@ -242,6 +245,9 @@ class Prediction:
     # what iteration_times needs beyond the bound
     phased: dict[str, PhaseBytes] = field(default_factory=dict, repr=False, compare=False)
     rates: dict[str, float] = field(default_factory=dict, repr=False, compare=False)
+    # [iteration][worker] -> its keys per PS shard: what the per-worker model (worker_timelines)
+    # routes anew where the switch does not answer a pull or sum a push
+    shard_keys: list[list[list[ShardKeys]]] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def server_ms(self) -> float:
@@ -267,9 +273,10 @@ class Prediction:
         off = self.offload.serial_ms
         return self.server.serial_ms / off if off else float("inf")
 
-    def as_dict(self, compute: np.ndarray | None = None) -> ModelBound:
+    def as_dict(self, compute: np.ndarray | None = None, sync: str = "bsp") -> ModelBound:
         """summary.json's `model` block; with `compute` (ms, [worker, iteration]: the run's
-        draws, compute_table) also the iteration model's (`iteration`)."""
+        draws, compute_table) also the iteration model's (`iteration`) under SYNC=`sync`,
+        which for ssp:S and async it has without compute too (their own model, not BSP's)."""
         bound: ModelBound = {
             "aggregate": self.aggregate,
             "server": self.server.as_dict(),
@@ -283,8 +290,10 @@ class Prediction:
             "bound_speedup": round(self.bound_speedup, 3),
             "serial_speedup": round(self.serial_speedup, 3),
         }
+        if compute is None and SyncMode.parse(sync).bound != 0 and self.shard_keys:
+            compute = np.zeros((len(self.shard_keys[0]), len(self.shard_keys)))
         if compute is not None:
-            bound["iteration"] = predict_iterations(self, compute).as_dict()
+            bound["iteration"] = predict_iterations(self, compute, sync).as_dict()
         return bound
 
 
@@ -322,6 +331,18 @@ def _pull_push(keys: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """_requests' bytes split by exchange: ((PULL, PULL_REPLY), (PUSH, PUSH_ACKs))."""
     packets, wire = packet_bytes(keys)
     return (wire, wire), (wire, packets * PACKET_OVERHEAD)
+
+
+@dataclass(frozen=True)
+class ShardKeys:
+    """One worker's keys of one PS shard in one iteration, as predict counts them: its hot
+    keys, the switch their packets stop at in offload, and how many keys are cold."""
+
+    host: str
+    ps: str
+    stop: str
+    hot: np.ndarray
+    cold: int
 
 
 class PhaseBytes:
@@ -425,6 +446,7 @@ def predict(
     flows = {"server": Counter[tuple[str, str]](), "offload": Counter[tuple[str, str]]()}
     phased = {mode: PhaseBytes(paths, workers, iterations) for mode in flows}
     rack_hot: dict[tuple[str, int], set[int]] = {}  # (leaf, iteration) -> hot keys pushed
+    shard_keys: list[list[list[ShardKeys]]] = [[[] for _ in hosts] for _ in range(iterations)]
     for w, host in enumerate(hosts):
         routes = [paths.between(host, ps) for ps in servers]
         stops = [path[design.stop(path)] for path in routes]  # where its hot packets stop
@@ -436,6 +458,8 @@ def predict(
                 in_shard = shard_of == np.uint64(s)
                 n_hot = int((in_shard & is_hot).sum())
                 n_cold = int(in_shard.sum()) - n_hot
+                hot_keys_of = keys[in_shard & is_hot]
+                shard_keys[i][w].append(ShardKeys(host, ps, stops[s], hot_keys_of, n_cold))
                 # DONE and its DONE_ACK once per shard and iteration, in both modes.
                 # the keys each mode sends to the PS, and offload's hot ones to where they stop
                 exchanges = (
@@ -505,6 +529,7 @@ def predict(
         aggregate,
         phased,
         rates,
+        shard_keys,
     )
 
 
@@ -609,12 +634,18 @@ def iteration_ms(phased: PhaseBytes, rates: Mapping[str, float], compute: np.nda
 
 @dataclass(frozen=True)
 class IterationModel:
-    """The model with compute: each mode's iteration times (iteration_ms) for the run's
-    compute draws, and what they are made of."""
+    """The model with compute: each mode's iteration times for the run's compute draws
+    (BSP: iteration_ms's, one per iteration; ssp:S and async: worker_timelines', one per
+    worker and iteration, as the workers log them), and what they are made of."""
 
     times: dict[str, np.ndarray]  # mode -> ms per iteration
     communication: dict[str, np.ndarray]  # mode -> the same without compute
     slowest_compute: np.ndarray  # per iteration: the slowest worker's compute (ms)
+    sync: str = "bsp"  # the SYNC= mode modelled
+    switch_summed: dict[str, float | None] = field(default_factory=dict)  # mode -> share
+    # ssp:S and async: mode -> the run's time over its iterations, and mean staleness
+    period_ms: dict[str, float] = field(default_factory=dict)
+    staleness: dict[str, float | None] = field(default_factory=dict)
 
     def as_dict(self) -> IterationBound:
         """summary.json's `model.iteration` block."""
@@ -628,18 +659,288 @@ class IterationModel:
                 "mean_ms": round(float(np.mean(times)), 3),
                 "communication_ms": round(float(np.mean(self.communication[mode])), 3),
             }
+            if mode in self.period_ms:
+                out[mode]["period_ms"] = round(self.period_ms[mode], 3)
+                staleness = self.staleness.get(mode)
+                out[mode]["staleness_mean"] = None if staleness is None else round(staleness, 3)
         server, offload = out["server"]["p50_ms"], out["offload"]["p50_ms"]
         out["speedup"] = round(server / offload, 3) if offload else None
+        out["sync"] = self.sync
+        share = self.switch_summed.get("offload")
+        out["switch_summed"] = None if share is None else round(share, 4)
         return cast(IterationBound, out)
 
 
-def predict_iterations(prediction: Prediction, compute: np.ndarray) -> IterationModel:
-    """The iteration model of `prediction` (predict's) with compute[w, i] ms."""
+def predict_iterations(
+    prediction: Prediction, compute: np.ndarray, sync: str = "bsp"
+) -> IterationModel:
+    """The iteration model of `prediction` (predict's) with compute[w, i] ms under SYNC=
+    `sync`: BSP's iterations one after another (iteration_ms), or for `ssp:S` (S >= 1) and
+    `async` every worker's own iterations (worker_timelines)."""
     idle = np.zeros_like(compute)
+    slowest = compute.max(axis=0) if compute.size else np.zeros(0)
+    bound = SyncMode.parse(sync).bound
+    if bound == 0:
+        return IterationModel(
+            {m: iteration_ms(b, prediction.rates, compute) for m, b in prediction.phased.items()},
+            {m: iteration_ms(b, prediction.rates, idle) for m, b in prediction.phased.items()},
+            slowest,
+            switch_summed={"offload": _hot_share(prediction.shard_keys)},
+        )
+    runs = {m: worker_timelines(prediction, m, compute, bound) for m in prediction.phased}
+    bare = {m: worker_timelines(prediction, m, idle, bound) for m in prediction.phased}
     return IterationModel(
-        {m: iteration_ms(b, prediction.rates, compute) for m, b in prediction.phased.items()},
-        {m: iteration_ms(b, prediction.rates, idle) for m, b in prediction.phased.items()},
-        compute.max(axis=0) if compute.size else np.zeros(0),
+        {m: run.durations.ravel() for m, run in runs.items()},
+        {m: run.durations.ravel() for m, run in bare.items()},
+        slowest,
+        str(SyncMode(bound)),
+        {"offload": runs["offload"].summed_share},
+        {m: run.period_ms for m, run in runs.items()},
+        {m: run.staleness_mean for m, run in runs.items()},
+    )
+
+
+def _hot_share(shard_keys: Sequence[Sequence[Sequence[ShardKeys]]]) -> float | None:
+    """The share of pushed entries that are hot: what offload sums in the switch in BSP."""
+    hot = sum(len(k.hot) for row in shard_keys for keys in row for k in keys)
+    total = hot + sum(k.cold for row in shard_keys for keys in row for k in keys)
+    return hot / total if total else None
+
+
+_DRAINED = 1e-6  # bytes: a link's share of an exchange below this has gone
+
+
+class _FluidLinks:
+    """Every directed link as its shaper serves several senders at once: the exchanges with
+    bytes queued on a link share its rate equally (their packets interleave in its queue),
+    and a link that idled sends up to SHAPER_BURST_BYTES at once (as _Shaper). An exchange
+    (bytes per link, its links in parallel as in iteration_ms) ends when its last link has
+    carried its bytes. Times in ms."""
+
+    def __init__(self, rates: Mapping[str, float]) -> None:
+        self.bytes_per_ms = {link: mbps * 1e3 / 8 for link, mbps in rates.items()}
+        self.queued: dict[str, dict[int, float]] = {}  # busy link -> exchange -> bytes left
+        self.tokens = dict.fromkeys(rates, float(SHAPER_BURST_BYTES))
+        self.idle_since = dict.fromkeys(rates, 0.0)
+        self.links_left: dict[int, int] = {}  # exchange -> links still carrying its bytes
+        self.now = 0.0
+
+    def start(self, exchange: int, bytes_of: Mapping[str, float]) -> bool:
+        """Queue `exchange`'s bytes now; True if none are left queued (burst, or none)."""
+        for link, wire in bytes_of.items():
+            if wire <= 0:
+                continue
+            queue = self.queued.get(link)
+            if queue is None:  # idle: the bucket refilled meanwhile
+                idle = self.now - self.idle_since[link]
+                refill = self.tokens[link] + idle * self.bytes_per_ms[link]
+                self.tokens[link] = min(SHAPER_BURST_BYTES, refill)
+                self.idle_since[link] = self.now
+            at_once = min(wire, self.tokens[link])
+            self.tokens[link] -= at_once
+            if wire - at_once > _DRAINED:
+                self.queued.setdefault(link, {})[exchange] = wire - at_once
+                self.links_left[exchange] = self.links_left.get(exchange, 0) + 1
+        return exchange not in self.links_left
+
+    def next_end(self) -> float:
+        """When some queued exchange's bytes on a link will have gone (inf: none queued)."""
+        return min(
+            (
+                self.now + min(queue.values()) * len(queue) / self.bytes_per_ms[link]
+                for link, queue in self.queued.items()
+            ),
+            default=float("inf"),
+        )
+
+    def advance(self, to: float) -> list[int]:
+        """Serve every link until `to`; the exchanges whose last bytes went."""
+        ended = []
+        for link, queue in list(self.queued.items()):
+            served = (to - self.now) * self.bytes_per_ms[link] / len(queue)
+            for exchange in list(queue):
+                queue[exchange] -= served
+                if queue[exchange] <= _DRAINED:
+                    del queue[exchange]
+                    self.links_left[exchange] -= 1
+                    if not self.links_left[exchange]:
+                        del self.links_left[exchange]
+                        ended.append(exchange)
+            if not queue:
+                del self.queued[link]
+                self.idle_since[link] = to
+        self.now = to
+        return ended
+
+
+@dataclass(frozen=True)
+class WorkerTimelines:
+    """One mode's run as worker_timelines simulates it."""
+
+    durations: np.ndarray  # ms, [worker, iteration]: DONE_ACK(t - 1) to DONE_ACK(t)
+    period_ms: float  # the whole run's time over its iterations
+    summed_share: float | None  # pushed entries the switch summed (offload), of all
+    staleness_mean: float | None  # per pull: iterations the PS had not applied, (t-1) - A
+
+
+class _Events:
+    """A discrete-event clock over _FluidLinks: callbacks at times, and when exchanges end."""
+
+    def __init__(self, rates: Mapping[str, float]) -> None:
+        self.links = _FluidLinks(rates)
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._waiting: dict[int, Callable[[], None]] = {}
+        self._ids = 0
+
+    @property
+    def now(self) -> float:
+        return self.links.now
+
+    def at(self, when: float, then: Callable[[], None]) -> None:
+        self._ids += 1
+        heapq.heappush(self._timers, (when, self._ids, then))
+
+    def send(self, bytes_of: Mapping[str, float], then: Callable[[], None]) -> None:
+        """Queue an exchange now; `then` once its bytes have crossed every link."""
+        self._ids += 1
+        if self.links.start(self._ids, bytes_of):
+            self.at(self.now, then)
+        else:
+            self._waiting[self._ids] = then
+
+    def run(self) -> None:
+        while self._timers or self.links.queued:
+            due = min(self._timers[0][0] if self._timers else float("inf"), self.links.next_end())
+            for exchange in self.links.advance(due):
+                self._waiting.pop(exchange)()
+            while self._timers and self._timers[0][0] <= due:
+                heapq.heappop(self._timers)[2]()
+
+
+def _routed(phased: PhaseBytes, keys: Sequence[ShardKeys]) -> tuple[Counter[str], Counter[str]]:
+    """(PULL, PUSH) exchanges of one worker's iteration in offload where the switch neither
+    answers its pulls nor sums its pushes: its hot packets go on to the PS as they are."""
+    pull: Counter[str] = Counter()
+    push: Counter[str] = Counter()
+    for k in keys:
+        for n in (len(k.hot), k.cold):
+            (pull_out, pull_back), (push_out, push_back) = _pull_push(n)
+            phased.add(pull, k.host, k.ps, pull_out)
+            phased.add(pull, k.ps, k.host, pull_back)
+            phased.add(push, k.host, k.ps, push_out)
+            phased.add(push, k.ps, k.host, push_back)
+    return pull, push
+
+
+def worker_timelines(
+    prediction: Prediction, mode: str, compute: np.ndarray, bound: int | None
+) -> WorkerTimelines:
+    """SYNC=ssp:`bound` (None: async), worker by worker (docs/design.md section 8), the
+    links shared as _FluidLinks shares them. Worker w's iteration t: it pulls once
+    DONE_ACK(t - 1) is in, computes compute[w, t - 1] ms, pushes, and sends DONE(t); the PS
+    returns DONE_ACK(t) once iteration t - S is applied (async: at once). The PS applies
+    iterations in order, each once every DONE of it is in: it collects t from the switch
+    (COLLECT, as the BSP barrier), which marks t read, then writes back the hot keys some
+    push of t took to the PS, and t is applied.
+
+    In offload a pull of t is answered by the switch only if t - 1 is applied (its cache
+    holds t), else the PS answers the whole pull; a push of t is summed by the switch only
+    if t <= collected + 2 (the two-copy rule), else its hot packets go to the PS
+    (SLOT_BUSY). A worker's iteration runs from DONE_ACK(t - 1) to DONE_ACK(t), as the
+    worker measures it."""
+    phased = prediction.phased[mode]
+    shard_keys = prediction.shard_keys
+    workers, iterations = compute.shape
+    offload = mode == "offload"
+    done: list[Counter[str]] = [Counter() for _ in range(workers)]
+    done_ack: list[Counter[str]] = [Counter() for _ in range(workers)]
+    for w in range(workers):
+        for k in shard_keys[0][w]:
+            phased.add(done[w], k.host, k.ps, PACKET_OVERHEAD)
+            phased.add(done_ack[w], k.ps, k.host, PACKET_OVERHEAD)
+    # the barrier's control traffic: its bytes less the DONEs and DONE_ACKs
+    control = [+(barrier - sum(done, Counter()) - sum(done_ack, Counter()))
+               for barrier in phased.barrier]  # fmt: skip
+    clock = _Events(prediction.rates)
+    durations = np.zeros((workers, iterations))
+    started = [0.0] * workers
+    dones: Counter[int] = Counter()
+    waiting: list[tuple[int, int]] = []  # (worker, t): DONE(t) in, DONE_ACK(t) held
+    refused: dict[int, dict[tuple[str, str], set[int]]] = {}  # t -> (PS, switch) -> keys
+    stale: list[int] = []
+    state = {"applied": 0, "collected": 0, "applying": 0, "summed": 0, "entries": 0}
+
+    def begin(w: int, t: int) -> None:
+        started[w] = clock.now
+        keys = shard_keys[t - 1][w]
+        stale.append(t - 1 - state["applied"])
+        answered = not offload or state["applied"] == t - 1
+        pull = phased.pull[t - 1][w] if answered else _routed(phased, keys)[0]
+        clock.send(pull, lambda: clock.at(clock.now + float(compute[w, t - 1]), lambda: push(w, t)))
+
+    def push(w: int, t: int) -> None:
+        keys = shard_keys[t - 1][w]
+        summed = not offload or t <= state["collected"] + 2
+        hot = sum(len(k.hot) for k in keys)
+        state["entries"] += hot + sum(k.cold for k in keys)
+        if offload and summed:
+            state["summed"] += hot
+        elif offload:
+            for k in keys:
+                refused.setdefault(t, {}).setdefault((k.ps, k.stop), set()).update(k.hot.tolist())
+        pushes = phased.push[t - 1][w] if summed else _routed(phased, keys)[1]
+        clock.send(pushes, lambda: clock.send(done[w], lambda: arrived(w, t)))
+
+    def arrived(w: int, t: int) -> None:
+        dones[t] += 1
+        waiting.append((w, t))
+        release()
+        apply()
+
+    def release() -> None:
+        held = []
+        for w, t in waiting:
+            if bound is None or t - bound <= state["applied"]:
+                clock.send(done_ack[w], partial(acked, w, t))
+            else:
+                held.append((w, t))
+        waiting[:] = held
+
+    def acked(w: int, t: int) -> None:
+        durations[w, t - 1] = clock.now - started[w]
+        if t < iterations:
+            begin(w, t + 1)
+
+    def apply() -> None:
+        u = state["applied"] + 1
+        if state["applying"] or u > iterations or dones[u] < workers:
+            return
+        state["applying"] = u
+        clock.send(control[u - 1], lambda: collected(u))
+
+    def collected(u: int) -> None:
+        state["collected"] = u
+        writeback: Counter[str] = Counter()
+        for (ps, switch), keys in refused.pop(u, {}).items():
+            _, wire = packet_bytes(len(keys))  # WRITEBACK, and its ack as large
+            phased.add(writeback, ps, switch, wire)
+            phased.add(writeback, switch, ps, wire)
+        clock.send(writeback, lambda: applied(u))
+
+    def applied(u: int) -> None:
+        state["applied"], state["applying"] = u, 0
+        release()
+        apply()
+
+    for w in range(workers):
+        clock.at(0.0, partial(begin, w, 1))
+    clock.run()
+    entries = state["entries"]
+    return WorkerTimelines(
+        durations,
+        clock.now / iterations if iterations else 0.0,
+        state["summed"] / entries if offload and entries else None,
+        float(np.mean(stale)) if stale else None,
     )
 
 

@@ -295,7 +295,7 @@ def bound(
         topology=topology,
         aggregate=cfg.aggregate,
     )
-    return prediction.as_dict(compute_table(cfg))
+    return prediction.as_dict(compute_table(cfg), cfg.sync)
 
 
 def keep_running(exp: Experiment) -> None:

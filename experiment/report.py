@@ -159,11 +159,34 @@ def compute_line(summary: Mapping[str, Any]) -> str | None:
     if not it:
         return None
     s, o = it["server"], it["offload"]
+    if it.get("sync", "bsp") != "bsp":
+        return sync_model_line(it)
     return (
         f"model with compute: {s['p50_ms']:.2f} ms server-only, {o['p50_ms']:.2f} ms offload, "
         f"{it['speedup']:.2f}x (p50; communication {s['communication_ms']:.2f} / "
         f"{o['communication_ms']:.2f} ms, the slowest worker's compute "
         f"{it['slowest_compute_ms']:.2f} ms, mean; experiment/model.py iteration_ms)"
+    )
+
+
+def model_name(iteration: Mapping[str, Any] | None) -> str:
+    """How the report names the iteration model: BSP's, or that of SYNC=ssp:S or async."""
+    sync = (iteration or {}).get("sync", "bsp")
+    return "the model with compute" if sync == "bsp" else f"the {sync} model"
+
+
+def sync_model_line(it: Mapping[str, Any]) -> str:
+    """compute_line under ssp:S and async: each worker's iterations (p50 over all of them,
+    as the workers log them), what the switch sums and how stale the pulls are."""
+    s, o = it["server"], it["offload"]
+    summed = it.get("switch_summed")
+    share = "-" if summed is None else f"{100 * summed:.0f}%"
+    return (
+        f"{it['sync']} model: {s['p50_ms']:.2f} ms server-only, {o['p50_ms']:.2f} ms offload, "
+        f"{it['speedup']:.2f}x (p50 of every worker's iterations; communication "
+        f"{s['communication_ms']:.2f} / {o['communication_ms']:.2f} ms; the switch sums "
+        f"{share} of the updates; pull staleness {s.get('staleness_mean')} / "
+        f"{o.get('staleness_mean')}, mean; experiment/model.py worker_timelines)"
     )
 
 
@@ -305,12 +328,12 @@ def bound_comparison(summary: Mapping[str, Any]) -> list[str]:
     for mode in MODES:
         p50 = modes[mode]["iteration_ms"]["p50"]
         bound = it[mode]["p50_ms"] if it else m[mode]["bound_ms"]
-        versus = "the model with compute" if it else "the bound"
+        versus = model_name(it) if it else "the bound"
         above = f" ({100 * (p50 / bound - 1):+.1f}% vs {versus})" if p50 and bound else ""
         measured.append(f"{LABELS[mode]} {p50:.2f} ms{above}")
     speedup = (summary.get("speedup") or {}).get("iteration_ms")
     against = (
-        f"the model with compute's {it['speedup']:.2f}x"
+        f"{model_name(it)}'s {it['speedup']:.2f}x"
         if it and it["speedup"]
         else f"the bound's {m['bound_speedup']:.2f}x"
     )
@@ -323,6 +346,13 @@ def bound_comparison(summary: Mapping[str, Any]) -> list[str]:
                 "its pulls and its pushes; a fast worker's push overlaps a slower one's "
                 "compute, so the critical path runs through the slowest worker "
                 "(docs/experiment.md, Compute and stragglers).",
+                "",
+            ]
+            if it and it.get("sync", "bsp") == "bsp"
+            else [
+                f"{compute_line(summary)}. Each worker runs its own iterations, paced by the "
+                "PS's DONE_ACKs, and the switch answers and sums only what the two-copy "
+                "rule lets it (docs/design.md section 8).",
                 "",
             ]
             if it

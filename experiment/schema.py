@@ -195,23 +195,35 @@ class ModeLoad(TypedDict):
     serial_ms: float
 
 
-class IterationTimes(TypedDict):
-    """One mode's modelled iteration with compute (experiment/model.py iteration_ms)."""
-
+class _IterationTimes(TypedDict):
     p50_ms: float
     p99_ms: float
     mean_ms: float
     communication_ms: float  # mean, the same iterations without compute
 
 
-class IterationBound(TypedDict):
-    """The model with compute: iteration = compute + communication, the critical path
-    through the slowest worker, for the run's own compute draws (COMPUTE=, STRAGGLERS=)."""
+class IterationTimes(_IterationTimes, total=False):
+    """One mode's modelled iteration with compute (experiment/model.py iteration_ms; under
+    ssp:S and async worker_timelines, over every worker's iterations)."""
 
+    period_ms: float  # ssp, async: the modelled run's time over its iterations
+    staleness_mean: float | None  # ssp, async: per pull, iterations not yet applied
+
+
+class _IterationBound(TypedDict):
     slowest_compute_ms: float  # mean over iterations of the slowest worker's compute
     server: IterationTimes
     offload: IterationTimes
     speedup: float | None  # server p50_ms / offload p50_ms
+
+
+class IterationBound(_IterationBound, total=False):
+    """The model with compute: iteration = compute + communication for the run's own
+    compute draws (COMPUTE=, STRAGGLERS=): in BSP the critical path through the slowest
+    worker, in ssp:S and async each worker's own iterations (`sync` names which)."""
+
+    sync: str  # the SYNC= mode modelled
+    switch_summed: float | None  # offload: the share of pushed entries the switch sums
 
 
 class _ModelBound(TypedDict):

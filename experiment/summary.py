@@ -227,7 +227,9 @@ def link_duty(model: ModelBound | None) -> dict[str, float]:
         return {}
     busy = {"server": model["server_ms"], "offload": model["offload_ms"]}
     modelled = {"server": iteration["server"], "offload": iteration["offload"]}
-    return {m: busy[m] / modelled[m]["mean_ms"] for m in MODES if modelled[m]["mean_ms"]}
+    # ssp and async: the run's time over its iterations (a worker's mean is not the pace)
+    pace = {m: modelled[m].get("period_ms", modelled[m]["mean_ms"]) for m in MODES}
+    return {m: busy[m] / pace[m] for m in MODES if pace[m]}
 
 
 def compute_summary(config: Mapping[str, Any], phases: dict[str, PhaseResult]) -> ComputeSummary:

@@ -894,7 +894,6 @@ def speedup_vs_compute(rows: list[dict[str, Any]], path: Path, config: str) -> N
     varied, series = compute_series(shown)
     fig, ax = plt.subplots(figsize=(7, 4.8))
     handles = []
-    modelled = set()
     for i, (key, members) in enumerate(series.items()):
         color = f"C{i % 10}"
         seeds: dict[float, list[float]] = defaultdict(list)  # compute -> a value per seed
@@ -908,22 +907,19 @@ def speedup_vs_compute(rows: list[dict[str, Any]], path: Path, config: str) -> N
                       if not r["faithful"]]  # fmt: skip
         if unfaithful:
             ax.plot(*zip(*unfaithful), "x", color=color, ms=9, mew=1.5)
-        # the model is synchronous (docs/experiment.md): one dashed line per series but SYNC,
-        # in the colour of its first (bsp where the grid lists it first)
-        unsynced = tuple(v for c, v in zip(varied, key) if c != "point.sync")
+        # each SYNC mode has its own model (experiment/model.py predict_iterations)
         model: dict[float, list[float]] = defaultdict(list)
         for r in members:
             if r["model_speedup"] is not None:
                 model[r["compute_ms"]].append(r["model_speedup"])
-        if model and unsynced not in modelled:
-            modelled.add(unsynced)
+        if model:
             mx = sorted(model)
             ax.plot(mx, [float(np.mean(model[x])) for x in mx], "--", color=color)
         name = ", ".join(f"{SERIES_FIELDS[c]}{_axis_value(v)}" for c, v in zip(varied, key))
         handles.append(plt.Line2D([], [], color=color, marker="o", label=name or "measured"))
     handles += [
         plt.Line2D([], [], color="0.3", label="measured (band: the seeds' range)"),
-        plt.Line2D([], [], color="0.3", ls="--", label="model with compute (synchronous)"),
+        plt.Line2D([], [], color="0.3", ls="--", label="model with compute (its SYNC mode's)"),
     ]
     if not all(r["faithful"] for r in shown):
         handles.append(
