@@ -75,12 +75,14 @@ SHARDS ?=
 LEAVES ?=
 HOSTS_PER_LEAF ?=
 PYTEST_ARGS ?=
+# make cluster-check's servers: SERVERS=host1,root@host2 (docs/cluster.md).
+SERVERS ?=
 # make test's pytest processes (pytest-xdist), each given whole test files so that a module's
 # switches start once; 1: the suite in one process (for --pdb). The end-to-end tests wait on
 # their emulated links much of the time, so two share a 2-core machine well.
 TEST_WORKERS ?= 2
 
-.PHONY: all run sweep test test-fast build bench stop clean clean-results lint format check-p4info help
+.PHONY: all run sweep test test-fast build bench stop clean clean-results lint format check-p4info cluster-check help
 
 all: help
 
@@ -98,6 +100,7 @@ help:
 	@echo "  make bench          switch benchmarks, JSON into bench/results/"
 	@echo "  make clean          remove build/, bench/results/ and caches (keeps runs/ and sweeps/)"
 	@echo "  make clean-results  say what it deletes, then delete runs/ and sweeps/"
+	@echo "  make cluster-check  check the servers of SERVERS=host1,host2 (ssh, sudo, checkout, links; docs/cluster.md)"
 	@echo "  make help           this list"
 	@echo "make run variables (their values now; VAR=value to set one):"
 	@echo "  TARGET=$(TARGET) (or bmv2)  BMV2_BINARY=$(BMV2_BINARY)  TOPO=$(TOPO)"
@@ -126,6 +129,7 @@ help:
 	@echo "  REAL_BW, SWITCH_RESTARTS, GRPC_PORT, PREFIX, BMV2_BINARY; it refuses SEED (use SEEDS), TOPO, PS"
 	@echo "  and KEEP (make run's)"
 	@echo "Other variables: RUN=<id> (make stop)  PYTEST_ARGS=$(PYTEST_ARGS) (make test)  VENV=$(VENV)"
+	@echo "  SERVERS=$(SERVERS) (make cluster-check: [user@]host,...; this machine is the coordinator)"
 	@echo "  TEST_WORKERS=$(TEST_WORKERS) (make test's pytest processes; 1: one)"
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
@@ -254,6 +258,12 @@ bench: $(STAMP)
 # host processes, Mininet nodes and links, as their state files record them.
 stop: $(STAMP)
 	$(PY) -m experiment stop $(if $(RUN),--run '$(RUN)')
+
+# Each server of SERVERS, one line per check (ssh by key, sudo, mnexec, the same checkout and
+# venv, SSH tunnels or vxlan, BMv2 for TARGET=bmv2); exits 1 if one is missing.
+cluster-check: $(STAMP)
+	@if [ -z '$(SERVERS)' ]; then echo "make cluster-check: give SERVERS=host1,host2 ([user@]host, comma-separated)" >&2; exit 2; fi
+	@$(PY) -m topologies.cluster check --target '$(TARGET)' '$(SERVERS)'
 
 # Results (runs/, sweeps/) stay: make clean-results removes them, after saying what it removes.
 clean:

@@ -13,6 +13,12 @@ command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v ethtool >/dev/null 2>&1 || need_apt+=(ethtool)
 command -v ping >/dev/null 2>&1 || need_apt+=(iputils-ping)
 "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
+# Cluster runs (docs/cluster.md): Mininet's cluster edition reaches servers by ssh and runs
+# every command under sudo, and tests/test_cluster.py's second "server" is an sshd in a
+# network namespace. (Where an init system runs, the package also starts an sshd on port 22.)
+command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
+[[ -x /usr/sbin/sshd ]] || need_apt+=(openssh-server)
+command -v sudo >/dev/null 2>&1 || need_apt+=(sudo)
 
 if ((${#need_apt[@]})); then
     if [[ $(id -u) -ne 0 ]]; then

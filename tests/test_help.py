@@ -20,6 +20,7 @@ PARSERS = {
     "hosts.ps": "hosts.ps",
     "hosts.worker": "hosts.worker",
     "hosts": "hosts.__main__",
+    "topologies.cluster": "topologies.cluster",
 }
 
 
