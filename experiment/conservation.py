@@ -169,7 +169,7 @@ def recompute(
     np.subtract.at(expected, keys.astype(np.intp), values)
     off = np.asarray(actual, dtype=np.int64) - expected
     differing = np.flatnonzero(off)
-    touched = len(np.unique(keys))
+    touched = int(np.count_nonzero(np.bincount(keys.astype(np.intp), minlength=len(initial))))
     if not len(differing):
         why = f"{len(keys):,} updates of {workers} workers to {touched:,} keys, each applied once"
         return PhaseCheck(phase, CONSERVED, why, workers, len(keys), touched)
