@@ -270,7 +270,7 @@ def params_compared(config: Mapping[str, Any]) -> tuple[bool, str]:
 def run_verdict(
     phases: Mapping[str, Path], config: Mapping[str, Any], workers: int, shards: int
 ) -> Conservation:
-    """summary.json's `conservation` of the measured phases (mode -> folder)."""
+    """summary.json's `conservation` of a run's phases (name -> folder)."""
     compared, why = params_compared(config)
     return {
         "params_compared": compared,

@@ -192,16 +192,14 @@ def conservation_line(summary: Mapping[str, Any]) -> str | None:
     if not verdict:
         return None
     parts = []
-    for mode in MODES:
-        check = verdict["modes"].get(mode)
-        if check is None:
-            continue
+    for mode, check in verdict["modes"].items():
+        label = {**LABELS, "warmup": "warm-up"}.get(mode, mode)
         if check["status"] == "conserved":
-            parts.append(f"{LABELS[mode]} {check['updates']:,} updates each applied once")
+            parts.append(f"{label} {check['updates']:,} updates each applied once")
         else:
             first = check["first_differences"][:1]
             where = f"; key {first[0]['key']}: {first[0]['reading']}" if first else ""
-            parts.append(f"{LABELS[mode]} {check['status'].upper()}: {check['why']}{where}")
+            parts.append(f"{label} {check['status'].upper()}: {check['why']}{where}")
     compared = (
         "the modes' parameters compared too"
         if verdict["params_compared"]

@@ -302,8 +302,9 @@ class PhaseConservation(TypedDict):
 
 
 class Conservation(TypedDict):
-    """Each measured phase's conservation check and how exactness is judged: where both modes
-    push the same updates, their parameters must also be equal (`params_compared`)."""
+    """Each phase's conservation check (the warm-up and the measured ones) and how exactness
+    is judged: where both modes push the same updates, their parameters must also be equal
+    (`params_compared`)."""
 
     params_compared: bool
     why: str  # why the modes' parameters are or are not compared

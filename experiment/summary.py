@@ -299,8 +299,9 @@ def build_summary(
     """summary.json of a run: its configuration, both measured phases and how they compare,
     the bound, the hot set of each phase and the fidelity verdict."""
     sha = {m: params_sha256(phases[m], shards) for m in MODES}
-    # every pushed update applied once, per phase, recomputed from the raw pushes
-    conserved = conservation.run_verdict({m: phases[m].dir for m in MODES}, config, workers, shards)
+    # every pushed update applied once, per phase (the warm-up's too), from the raw pushes
+    checked = {m: phases[m].dir for m in ("warmup", *MODES) if m in phases}
+    conserved = conservation.run_verdict(checked, config, workers, shards)
     loads = {"server": model["server"], "offload": model["offload"]} if model else {}
     # One switch pass, from the requests the switch answered (offload's), for both modes.
     link_mbps = dissection.link_rate(config.get("link_bandwidth_mbps"))

@@ -79,6 +79,7 @@ def test_a_straggler_run_applies_every_update_once(tmp_path: Path, sync: str, ex
     # conservation, recomputed from the workers' raw pushes: every update applied once in
     # each mode, whatever the switch held and however often a push was resent
     conserved = summary["conservation"]
+    assert conserved["modes"]["warmup"]["status"] == "conserved"
     for mode in ("server", "offload"):
         check = conserved["modes"][mode]
         assert check["status"] == "conserved", check["why"]
@@ -101,4 +102,5 @@ def test_a_straggler_run_applies_every_update_once(tmp_path: Path, sync: str, ex
     assert offload["updates_in_switch"] > 0
     report = (runs / "latest" / "report.md").read_text()
     assert "staleness of the PS's pull replies" in report
-    assert "conservation: server-only " in report and "each applied once" in report
+    assert "conservation: warm-up " in report and "; server-only " in report
+    assert "; offload " in report and "each applied once" in report
