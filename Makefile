@@ -61,7 +61,8 @@ GRPC_PORT ?=
 PREFIX ?=
 # Restart a switch that dies during a phase and run the phase again, up to this many times.
 SWITCH_RESTARTS ?=
-# make stop RUN=<id>: that run only (its id is runs/<id>; default: this checkout's runs).
+# make stop RUN=<id>: that run only (its id is runs/<id>; default: this checkout's runs);
+# make conservation RUN=<id>: that run's phases (default: runs/latest).
 RUN ?=
 # BMv2's switch binary for TARGET=bmv2, e.g. simple_switch_grpc-perf (BMv2's performance build).
 BMV2_BINARY ?= simple_switch_grpc
@@ -82,7 +83,7 @@ SERVERS ?=
 # their emulated links much of the time, so two share a 2-core machine well.
 TEST_WORKERS ?= 2
 
-.PHONY: all run sweep test test-fast build bench stop clean clean-results lint format check-p4info cluster-check help
+.PHONY: all run sweep test test-fast build bench stop conservation clean clean-results lint format check-p4info cluster-check help
 
 all: help
 
@@ -91,6 +92,7 @@ help:
 	@echo "  make run            the Mininet experiment: offloaded vs server-only; runs/<id>/"
 	@echo "  make sweep          a grid of runs (WORKERS=4,8,16 SKEW=1.1,1.3 SEEDS=1,2 ...); sweeps/<id>/"
 	@echo "  make stop           stop this checkout's runs (RUN=<id>: that run) and clean up after them"
+	@echo "  make conservation   check that each phase of runs/latest (RUN=<id>: that run) applied every pushed update once"
 	@echo "  make test           install on first use, lint, run the test suite (PYTEST_ARGS=...)"
 	@echo "  make test-fast      the same without the BMv2 variants and the slow tests (PYTEST_ARGS=...)"
 	@echo "  make lint           ruff check, ruff format --check, mypy"
@@ -128,7 +130,7 @@ help:
 	@echo "  ITERATIONS=30, TARGET, KEYS, WORKLOAD, TRACE, WORKLOAD_ARGS, HOTSET, HOTSET_SOURCE, DRIFT, SPLIT,"
 	@echo "  REAL_BW, SWITCH_RESTARTS, GRPC_PORT, PREFIX, BMV2_BINARY; it refuses SEED (use SEEDS), TOPO, PS"
 	@echo "  and KEEP (make run's)"
-	@echo "Other variables: RUN=<id> (make stop)  PYTEST_ARGS=$(PYTEST_ARGS) (make test)  VENV=$(VENV)"
+	@echo "Other variables: RUN=<id> (make stop, make conservation)  PYTEST_ARGS=$(PYTEST_ARGS) (make test)  VENV=$(VENV)"
 	@echo "  SERVERS=$(SERVERS) (make cluster-check: [user@]host,...; this machine is the coordinator)"
 	@echo "  TEST_WORKERS=$(TEST_WORKERS) (make test's pytest processes; 1: one)"
 
@@ -264,6 +266,10 @@ stop: $(STAMP)
 cluster-check: $(STAMP)
 	@if [ -z '$(SERVERS)' ]; then echo "make cluster-check: give SERVERS=host1,host2 ([user@]host, comma-separated)" >&2; exit 2; fi
 	@$(PY) -m topologies.cluster check --target '$(TARGET)' '$(SERVERS)'
+
+# Each phase's final parameters recomputed from its workers' raw pushes (experiment/conservation.py).
+conservation: $(STAMP)
+	$(PY) -m experiment.conservation 'runs/$(or $(RUN),latest)'
 
 # Results (runs/, sweeps/) stay: make clean-results removes them, after saying what it removes.
 clean:

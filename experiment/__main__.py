@@ -3,7 +3,8 @@
     python -m experiment run [--target embedded|bmv2] [--topo FILE] [--workers N] ...
     python -m experiment stop [--run ID]
 
-Exit codes: 0 done and exact, 1 the two modes' parameters differ, 2 bad options or missing
+Exit codes: 0 done and exact, 1 not exact (the modes' parameters differ, or a phase lost or
+doubled an update: experiment/conservation.py), 2 bad options or missing
 prerequisites, 3 the run failed (the message says where; logs are in runs/<id>/), 4 a process
 the run started (a switch, a PS shard or a worker) died: the message names it, its pid and
 exit code or signal, with the tail of its log; 130 interrupted (Ctrl-C or `make stop`).
@@ -32,7 +33,8 @@ def build_parser() -> OptionParser:
     )
     add_run_arguments(run)
     run.epilog = (
-        "Exit codes: 0 done and exact, 1 the two modes' parameters differ, 2 bad options or "
+        "Exit codes: 0 done and exact, 1 not exact (the modes' parameters differ or a phase lost "
+        "or doubled an update), 2 bad options or "
         "missing prerequisites, 3 the run failed, 4 a process the run started died, "
         "130 interrupted."
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 from contract.constants import HOTAGG_PORT
 from experiment.config import Aggregate, RunConfig, freq_name
 from hosts.compute import ComputeSpec
+from hosts.push_log import push_log_path
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ def worker_argv(
         "--ps", ",".join(f"{p}:{HOTAGG_PORT}" for p in ps_ips),
         "--iterations", str(plan.iterations), "--bind", f"{ip}:0",
         "--log", str(files.log), "--summary", str(files.summary),
+        "--pushes", str(push_log_path(plan.dir, worker)),
         "--deadline", str(plan.deadline), "--progress", "--wait-go",
         *rto, *hot_pushed, *hot_key_args(plan), *compute_args(cfg, plan),
         *workload_args(cfg, plan),

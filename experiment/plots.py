@@ -452,7 +452,8 @@ def link_load(path: Path, summary: Summary) -> None:
 
 
 def loss_curves(path: Path, summary: Summary) -> None:
-    """Training loss per iteration (lr workload): the two modes must draw the same curve."""
+    """Training loss per iteration (lr workload): the two modes draw the same curve where
+    they push the same updates (equal parameters); under SYNC=ssp:S or async they do not."""
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     handles = []
     for mode, style in (("server", "-"), ("offload", "--")):
@@ -463,7 +464,10 @@ def loss_curves(path: Path, summary: Summary) -> None:
     ax.set_xlabel("iteration (measured phase)")
     ax.set_ylabel("mean logistic loss of the minibatches")
     ax.grid(alpha=0.3)
-    same = "the curves coincide" if summary.get("exact") else "the modes' parameters differ"
+    sha = summary["params_sha256"]
+    same = (
+        "the curves coincide" if sha["server"] == sha["offload"] else "the modes' parameters differ"
+    )
     finish_figure(fig, path, f"Training loss per iteration: {same}", short_config(summary), handles)
 
 

@@ -27,6 +27,7 @@ from experiment.config import (
     warmup_stream_offset,
 )
 from experiment.configline import topology_shape
+from experiment.conservation import not_exact_reason
 from experiment.fidelity import PS_LINK_SATURATED
 from experiment.model import compute_table, predict, time_scale, workload_of
 from experiment.processes import ProcessDied
@@ -131,7 +132,10 @@ def run(cfg: RunConfig) -> int:
     finally:
         exp.stop()
     if not summary["exact"]:
-        say("ERROR: the parameters of the two modes differ; see summary.json params_sha256")
+        say(
+            f"ERROR: not exact: {not_exact_reason(summary)} "
+            f"(python -m experiment.conservation {run_dir} lists every phase)"
+        )
         return 1
     return 0
 

@@ -207,6 +207,32 @@ def staleness_line(summary: Mapping[str, Any]) -> str | None:
     return f"staleness of the PS's pull replies: {'; '.join(parts) or '-'}"
 
 
+def conservation_line(summary: Mapping[str, Any]) -> str | None:
+    """The table's line on the conservation check (experiment/conservation.py): per mode,
+    whether every pushed update was applied once, and whether the modes' parameters are
+    compared as well."""
+    verdict = summary.get("conservation")
+    if not verdict:
+        return None
+    parts = []
+    for mode, check in verdict["modes"].items():
+        label = {**LABELS, "warmup": "warm-up"}.get(mode, mode)
+        if check["status"] == "conserved":
+            parts.append(f"{label} {check['updates']:,} updates each applied once")
+        else:
+            first = check["first_differences"][:1]
+            where = f"; key {first[0]['key']}: {first[0]['reading']}" if first else ""
+            parts.append(f"{label} {check['status'].upper()}: {check['why']}{where}")
+    compared = (
+        "the modes' parameters compared too"
+        if verdict["params_compared"]
+        else f"the modes' parameters not compared: under SYNC={summary['config'].get('sync')} "
+        f"{summary['workload']}'s pushes depend on the stale values pulled, so the modes push "
+        "different updates"
+    )
+    return f"conservation: {'; '.join(parts)} ({compared})"
+
+
 def slept_line(summary: Mapping[str, Any]) -> str | None:
     """The table's line on the compute the workers slept, per mode."""
     compute = summary.get("compute")
@@ -302,6 +328,8 @@ def comparison_table(summary: Summary, with_config: bool = True) -> str:
     if offload_hot_set := summary.get("offload_hot_set"):
         lines.append(hot_set_line(offload_hot_set))
     lines.append(f"  exact: {summary['exact']}  ({summary['params_sha256']['offload'][:16]}...)")
+    if conserved := conservation_line(summary):
+        lines.append(f"  {conserved}")
     if bound := bound_line(summary):
         lines.append(f"  {bound}")
     for line in (compute_line(summary), slept_line(summary), staleness_line(summary)):

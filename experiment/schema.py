@@ -289,6 +289,40 @@ class ComputeSummary(TypedDict):
     modes: dict[str, ComputeMode]
 
 
+class KeyDifference(TypedDict):
+    """A key whose final parameter is not its initial one with every pushed update applied
+    once (experiment/conservation.py)."""
+
+    key: int
+    expected: int  # initial minus every update pushed to it (the PS subtracts, in int64)
+    actual: int  # as the PS wrote it
+    reading: str  # which update was lost or counted twice, where one single update explains it
+
+
+class PhaseConservation(TypedDict):
+    """One phase's conservation check (experiment/conservation.py)."""
+
+    status: str  # conserved | violated | unchecked (a file missing or cut short: `why`)
+    why: str
+    workers: int
+    updates: int  # entries the workers pushed (once each, however often resent)
+    keys: int  # distinct keys they touched
+    differing_keys: int
+    lost: int  # differing keys one update applied too few times explains
+    doubled: int  # ... one update applied twice explains
+    first_differences: list[KeyDifference]  # the lowest keys that differ
+
+
+class Conservation(TypedDict):
+    """Each phase's conservation check (the warm-up and the measured ones) and how exactness
+    is judged: where both modes push the same updates, their parameters must also be equal
+    (`params_compared`)."""
+
+    params_compared: bool
+    why: str  # why the modes' parameters are or are not compared
+    modes: dict[str, PhaseConservation]
+
+
 class _Summary(TypedDict):
     schema_version: int
     target: str
@@ -300,6 +334,8 @@ class _Summary(TypedDict):
     loss: float
     hot_slots: int  # the budget; warmup_hot_set.keys is what was used
     link_bandwidth_mbps: list[float | None] | None
+    # the modes' parameters are equal where compared, and no phase lost or doubled an update
+    # (conservation; where the parameters are not compared, every phase conserved them)
     exact: bool
     params_sha256: dict[str, str]  # mode -> sha256 of its final parameters
     warmup_hot_set: WarmupHotSet
@@ -317,6 +353,9 @@ class Summary(_Summary, total=False):
     """summary.json."""
 
     compute: ComputeSummary  # with COMPUTE=
+    # every pushed update applied once, per measured phase, recomputed from the raw pushes;
+    # `exact` takes it in (experiment/conservation.py)
+    conservation: Conservation
 
 
 def dumps_summary(summary: Summary) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from experiment import dissection, fidelity
+from experiment import conservation, dissection, fidelity
 from experiment.results import PhaseResult, ps_rows, worker_rows
 from experiment.schema import (
     SCHEMA_VERSION,
@@ -301,6 +301,9 @@ def build_summary(
     """summary.json of a run: its configuration, both measured phases and how they compare,
     the bound, the hot set of each phase and the fidelity verdict."""
     sha = {m: params_sha256(phases[m], shards) for m in MODES}
+    # every pushed update applied once, per phase (the warm-up's too), from the raw pushes
+    checked = {m: phases[m].dir for m in ("warmup", *MODES) if m in phases}
+    conserved = conservation.run_verdict(checked, config, workers, shards)
     loads = {"server": model["server"], "offload": model["offload"]} if model else {}
     # One switch pass, from the requests the switch answered (offload's), for both modes.
     link_mbps = dissection.link_rate(config.get("link_bandwidth_mbps"))
@@ -339,7 +342,7 @@ def build_summary(
         "loss": config["loss"],
         "hot_slots": config["hot_slots"],
         "link_bandwidth_mbps": config.get("link_bandwidth_mbps"),
-        "exact": sha["server"] == sha["offload"],
+        "exact": conservation.exact(sha["server"] == sha["offload"], conserved),
         "params_sha256": sha,
         "warmup_hot_set": warmup_hot_set,
         "config": config,
@@ -366,4 +369,5 @@ def build_summary(
     }
     if config.get("compute"):
         summary["compute"] = compute_summary(config, phases)
+    summary["conservation"] = conserved
     return summary

@@ -79,6 +79,7 @@ from hosts.agent import (
 )
 from hosts.compute import ComputeError, ComputePlan, plan_of
 from hosts.compute import add_arguments as add_compute_arguments
+from hosts.push_log import PushLog
 from hosts.reliable import ReliableChannel, Request, Window
 from hosts.stats import CsvLog, load_hot_keys, write_json
 
@@ -124,6 +125,7 @@ class WorkerConfig:
     deadline: float | None = None
     log_path: str | None = None
     summary_path: str | None = None
+    pushes_path: str | None = None  # what it pushed, raw (hosts/push_log.py)
     progress: bool = False  # one flushed stdout line per finished iteration (for runners)
     hot_keys: list[int] | None = None  # keys the controller made hot: grouped from the start
     compute: ComputePlan | None = None  # emulated compute per iteration (hosts/compute.py)
@@ -195,6 +197,10 @@ class Worker:
         self._wall_offset = time.time() - time.perf_counter()
         self._unlogged: Callable[[], None] | None = None  # the last iteration's log row
         self.compute_ms: list[float] = []  # per iteration: pull reply to push (_compute)
+        # every update pushed, once, for the conservation check (experiment/conservation.py)
+        self._pushes = PushLog(
+            config.pushes_path, config.job_id, config.worker_id, config.iterations
+        )
         self.sock = open_udp(config.bind)
         self.address: Address = self.sock.getsockname()
         # PULLs and PUSHes (seqs never reused, at most `window` ahead of the lowest
@@ -261,6 +267,7 @@ class Worker:
                     self._log_iteration, t, len(step.keys), t_wall, elapsed, step.loss
                 )
             self._flush_log()
+            self._pushes.close(complete=True)
             result = WorkerResult(
                 cfg.iterations,
                 losses,
@@ -275,6 +282,7 @@ class Worker:
         finally:
             self._flush_log()
             self._log.close()
+            self._pushes.close(complete=False)  # a run cut short: what it pushed until then
 
     def _compute(self, t: int, since: float) -> None:
         """Emulated compute: sleep until the plan's time for (worker, t) has passed since the
@@ -419,6 +427,7 @@ class Worker:
         return pulled
 
     def _push(self, t: int, keys: np.ndarray, values: np.ndarray) -> None:
+        self._pushes.record(t, keys, values)  # once per update: resends are not updates
         reqs, job, me = [], self.cfg.job_id, self.cfg.worker_id
         for shard, hot, pos in self._groups(keys, self.hot):
             seq, self._next_seq = self._next_seq, self._next_seq + 1
@@ -632,6 +641,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log", help="per-request latency CSV")
     p.add_argument("--summary", help="summary JSON")
+    p.add_argument(
+        "--pushes",
+        help="raw log of every update pushed (.npz, hosts/push_log.py), written at the end "
+        "for the conservation check (python -m experiment.conservation)",
+    )
     p.add_argument("--progress", action="store_true", help="print 'progress t/T' per iteration")
     p.add_argument(
         "--hot-keys",
@@ -667,6 +681,7 @@ def main(argv: list[str] | None = None) -> int:
             deadline=args.deadline or None,
             log_path=args.log,
             summary_path=args.summary,
+            pushes_path=args.pushes,
             progress=args.progress,
             hot_keys=sorted(load_hot_keys(args.hot_keys)) if args.hot_keys else None,
             # seeded by the workload's seed: both modes and the model draw the same times
