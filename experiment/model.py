@@ -839,11 +839,12 @@ class _FifoLinks:
 
     def __init__(self, rates: Mapping[str, float]) -> None:
         self.queues = {link: _Queue(mbps) for link, mbps in rates.items()}
+        self.active: dict[str, _Queue] = {}  # the links with bytes queued or coming
         self.links_left: dict[int, int] = {}  # exchange -> links still carrying its bytes
         self.now = 0.0
 
     def busy(self) -> bool:
-        return any(queue.busy() for queue in self.queues.values())
+        return bool(self.active)
 
     def start(self, exchange: int, bytes_of: Mapping[str, float], sender: str) -> list[int]:
         """Send `exchange`'s bytes now from `sender`; the exchanges that ended at once (it,
@@ -859,18 +860,27 @@ class _FifoLinks:
             share = wire / bytes_of[own] if own else 1.0
             pace = share * self.queues[own].rate if own else queue.rate
             queue.arrive(self.now, exchange, wire, share, pace)
-        return self._finish([e for link in links for e in self.queues[link].settle(self.now)])
+            self.active[link] = queue
+        return self._finish([e for link in links for e in self._settle(link, self.now, None)])
 
     def next_end(self) -> float:
         """When some link's state next changes (inf: nothing queued or coming)."""
-        return self.now + min((q.next_event() for q in self.queues.values()), default=float("inf"))
+        return self.now + min((q.next_event() for q in self.active.values()), default=float("inf"))
 
     def advance(self, to: float) -> list[int]:
         """Serve every link until `to`; the exchanges whose last bytes went."""
         ms, self.now = to - self.now, to
-        return self._finish(
-            [e for queue in self.queues.values() if queue.busy() for e in queue.advance(to, ms)]
-        )
+        busy = [link for link in self.queues if link in self.active]  # in a fixed order
+        return self._finish([e for link in busy for e in self._settle(link, to, ms)])
+
+    def _settle(self, link: str, now: float, ms: float | None) -> list[int]:
+        """Serve `link` `ms` ms up to `now` (None: only what already left): the exchanges
+        whose last byte left it."""
+        queue = self.active[link]
+        gone = queue.settle(now) if ms is None else queue.advance(now, ms)
+        if not queue.busy():
+            del self.active[link]
+        return gone
 
     def _finish(self, gone: list[int]) -> list[int]:
         ended = []
