@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import heapq
 import ipaddress
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -687,8 +687,9 @@ def predict_iterations(
             slowest,
             switch_summed={"offload": _hot_share(prediction.shard_keys)},
         )
-    runs = {m: worker_timelines(prediction, m, compute, bound) for m in prediction.phased}
-    bare = {m: worker_timelines(prediction, m, idle, bound) for m in prediction.phased}
+    starts = start_offsets(compute.shape[0])
+    runs = {m: _pooled(prediction, m, compute, bound, starts) for m in prediction.phased}
+    bare = {m: _pooled(prediction, m, idle, bound, starts) for m in prediction.phased}
     return IterationModel(
         {m: run.durations.ravel() for m, run in runs.items()},
         {m: run.durations.ravel() for m, run in bare.items()},
@@ -700,6 +701,44 @@ def predict_iterations(
     )
 
 
+# Workers start when `make run` writes them 'go', one after another (experiment/processes.py
+# start_workers), and wake on shared cores: in the twelve phases of
+# docs/results/2026-12-03-sync-model.md their first pulls lay 0-19.4 ms apart. Without a
+# barrier, which state the workers settle in (in phase or spread out, design.md section 8)
+# turns on such offsets, so the model runs START_DRAWS seeded draws of them and pools them.
+START_SPREAD_MS = 20.0
+START_DRAWS = 8
+
+
+def start_offsets(workers: int, draws: int = START_DRAWS) -> list[list[float]]:
+    """`draws` seeded sets of each worker's start (ms), uniform over START_SPREAD_MS."""
+    rng = np.random.default_rng(0)
+    return [rng.uniform(0.0, START_SPREAD_MS, workers).tolist() for _ in range(draws)]
+
+
+def _pooled(
+    prediction: Prediction,
+    mode: str,
+    compute: np.ndarray,
+    bound: int | None,
+    starts: Sequence[Sequence[float]],
+) -> WorkerTimelines:
+    """worker_timelines for each set of `starts`, pooled: every draw's iterations, and the
+    draws' mean period, switch-summed share and staleness."""
+    runs = [worker_timelines(prediction, mode, compute, bound, s) for s in starts]
+
+    def mean(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return float(np.mean(known)) if known else None
+
+    return WorkerTimelines(
+        np.concatenate([run.durations for run in runs], axis=1),
+        float(np.mean([run.period_ms for run in runs])),
+        mean([run.summed_share for run in runs]),
+        mean([run.staleness_mean for run in runs]),
+    )
+
+
 def _hot_share(shard_keys: Sequence[Sequence[Sequence[ShardKeys]]]) -> float | None:
     """The share of pushed entries that are hot: what offload sums in the switch in BSP."""
     hot = sum(len(k.hot) for row in shard_keys for keys in row for k in keys)
@@ -707,69 +746,149 @@ def _hot_share(shard_keys: Sequence[Sequence[Sequence[ShardKeys]]]) -> float | N
     return hot / total if total else None
 
 
-_DRAINED = 1e-6  # bytes: a link's share of an exchange below this has gone
+_DRAINED = 1e-6  # bytes (or ms): below this, what is left has gone
 
 
-class _FluidLinks:
-    """Every directed link as its shaper serves several senders at once: the exchanges with
-    bytes queued on a link share its rate equally (their packets interleave in its queue),
-    and a link that idled sends up to SHAPER_BURST_BYTES at once (as _Shaper). An exchange
-    (bytes per link, its links in parallel as in iteration_ms) ends when its last link has
-    carried its bytes. Times in ms."""
+class _Queue:
+    """One directed link's queue as worker_timelines sees it (times in ms, sizes in bytes):
+    bytes join it as they arrive and leave in that order at the link's rate, and a link
+    that sent less than its rate may send up to SHAPER_BURST_BYTES at once (htb's tokens).
+    `arrived` and `sent` count bytes since the start, so a byte that arrived as the n-th has
+    left once `sent` >= n whatever else arrived later."""
+
+    def __init__(self, mbps: float) -> None:
+        self.rate = mbps * 1e3 / 8  # bytes per ms
+        self.arrived = 0.0
+        self.sent = 0.0
+        self.tokens = float(SHAPER_BURST_BYTES)
+        self.idle_since = 0.0  # when it last had nothing queued or coming
+        self.arriving: dict[int, list[float]] = {}  # exchange -> [bytes yet to come, pace]
+        self.last_at: deque[tuple[float, int]] = deque()  # (its last byte's n, exchange)
+
+    @property
+    def backlog(self) -> float:
+        return self.arrived - self.sent
+
+    @property
+    def inflow(self) -> float:
+        return sum(pace for _, pace in self.arriving.values())
+
+    def busy(self) -> bool:
+        return bool(self.arriving or self.last_at)
+
+    def arrive(self, now: float, exchange: int, wire: float, share: float, pace: float) -> None:
+        """`exchange`'s `wire` bytes reach the link from `now` as its sender's own link
+        sends them: `share` of what that link lets go at once, the rest at `pace`."""
+        if not self.busy():  # idle since idle_since: its tokens refilled meanwhile
+            idle = now - self.idle_since
+            self.tokens = min(SHAPER_BURST_BYTES, self.tokens + idle * self.rate)
+        at_once = min(wire, share * SHAPER_BURST_BYTES)
+        self.arrived += at_once
+        if wire - at_once > _DRAINED:
+            self.arriving[exchange] = [wire - at_once, pace]
+        else:
+            self.last_at.append((self.arrived, exchange))
+        burst = min(self.backlog, self.tokens)  # bytes its tokens let through at once
+        self.sent += burst
+        self.tokens -= burst
+
+    def next_event(self) -> float:
+        """In how many ms something changes: an arrival ends, an exchange's last byte
+        leaves, or the backlog empties (inf: nothing queued or coming)."""
+        inflow, backlog = self.inflow, self.backlog
+        due = min((left / pace for left, pace in self.arriving.values()), default=float("inf"))
+        if self.last_at and (backlog > _DRAINED or inflow > self.rate):
+            due = min(due, (self.last_at[0][0] - self.sent) / self.rate)
+        if backlog > _DRAINED and inflow < self.rate:
+            due = min(due, backlog / (self.rate - inflow))
+        return max(due, 0.0)
+
+    def advance(self, now: float, ms: float) -> list[int]:
+        """Serve the `ms` ms up to `now`; the exchanges whose last byte left."""
+        inflow, backlog = self.inflow, self.backlog
+        self.arrived += inflow * ms
+        if backlog > _DRAINED or inflow > self.rate:
+            out = self.rate * ms
+        else:  # keeping up: what arrives leaves, and the unused rate refills the tokens
+            out = inflow * ms
+            self.tokens = min(SHAPER_BURST_BYTES, self.tokens + (self.rate - inflow) * ms)
+        self.sent = min(self.arrived, self.sent + out)
+        for exchange, coming in list(self.arriving.items()):
+            coming[0] -= coming[1] * ms
+            if coming[0] <= _DRAINED:
+                del self.arriving[exchange]
+                self.last_at.append((self.arrived, exchange))
+        return self.settle(now)
+
+    def settle(self, now: float) -> list[int]:
+        """The exchanges whose last byte has left by `now`, taken off the queue."""
+        gone = []
+        while self.last_at and self.last_at[0][0] <= self.sent + _DRAINED:
+            gone.append(self.last_at.popleft()[1])
+        if not self.busy():
+            self.idle_since = now
+        return gone
+
+
+class _FifoLinks:
+    """Every directed link as its shaper and its queue serve several senders at once: each
+    exchange (bytes per link, its links in parallel as in iteration_ms) reaches every link
+    of its path as its sender's shaped link lets it go (_Queue.arrive: a burst, then the
+    sender's rate), and each link sends what reached it first first. An exchange ends when
+    its last byte has left its last link. Times in ms."""
 
     def __init__(self, rates: Mapping[str, float]) -> None:
-        self.bytes_per_ms = {link: mbps * 1e3 / 8 for link, mbps in rates.items()}
-        self.queued: dict[str, dict[int, float]] = {}  # busy link -> exchange -> bytes left
-        self.tokens = dict.fromkeys(rates, float(SHAPER_BURST_BYTES))
-        self.idle_since = dict.fromkeys(rates, 0.0)
+        self.queues = {link: _Queue(mbps) for link, mbps in rates.items()}
+        self.active: dict[str, _Queue] = {}  # the links with bytes queued or coming
         self.links_left: dict[int, int] = {}  # exchange -> links still carrying its bytes
         self.now = 0.0
 
-    def start(self, exchange: int, bytes_of: Mapping[str, float]) -> bool:
-        """Queue `exchange`'s bytes now; True if none are left queued (burst, or none)."""
-        for link, wire in bytes_of.items():
-            if wire <= 0:
-                continue
-            queue = self.queued.get(link)
-            if queue is None:  # idle: the bucket refilled meanwhile
-                idle = self.now - self.idle_since[link]
-                refill = self.tokens[link] + idle * self.bytes_per_ms[link]
-                self.tokens[link] = min(SHAPER_BURST_BYTES, refill)
-                self.idle_since[link] = self.now
-            at_once = min(wire, self.tokens[link])
-            self.tokens[link] -= at_once
-            if wire - at_once > _DRAINED:
-                self.queued.setdefault(link, {})[exchange] = wire - at_once
-                self.links_left[exchange] = self.links_left.get(exchange, 0) + 1
-        return exchange not in self.links_left
+    def busy(self) -> bool:
+        return bool(self.active)
+
+    def start(self, exchange: int, bytes_of: Mapping[str, float], sender: str) -> list[int]:
+        """Send `exchange`'s bytes now from `sender`; the exchanges that ended at once (it,
+        if its bytes all went in its links' bursts)."""
+        links = [link for link, wire in bytes_of.items() if wire > 0]
+        if not links:
+            return [exchange]
+        # its packets reach every link interleaved as its sender's link sends them
+        own = next((link for link in links if link.startswith(f"{sender}-")), None)
+        self.links_left[exchange] = len(links)
+        for link in links:
+            queue, wire = self.queues[link], bytes_of[link]
+            share = wire / bytes_of[own] if own else 1.0
+            pace = share * self.queues[own].rate if own else queue.rate
+            queue.arrive(self.now, exchange, wire, share, pace)
+            self.active[link] = queue
+        return self._finish([e for link in links for e in self._settle(link, self.now, None)])
 
     def next_end(self) -> float:
-        """When some queued exchange's bytes on a link will have gone (inf: none queued)."""
-        return min(
-            (
-                self.now + min(queue.values()) * len(queue) / self.bytes_per_ms[link]
-                for link, queue in self.queued.items()
-            ),
-            default=float("inf"),
-        )
+        """When some link's state next changes (inf: nothing queued or coming)."""
+        return self.now + min((q.next_event() for q in self.active.values()), default=float("inf"))
 
     def advance(self, to: float) -> list[int]:
         """Serve every link until `to`; the exchanges whose last bytes went."""
+        ms, self.now = to - self.now, to
+        busy = [link for link in self.queues if link in self.active]  # in a fixed order
+        return self._finish([e for link in busy for e in self._settle(link, to, ms)])
+
+    def _settle(self, link: str, now: float, ms: float | None) -> list[int]:
+        """Serve `link` `ms` ms up to `now` (None: only what already left): the exchanges
+        whose last byte left it."""
+        queue = self.active[link]
+        gone = queue.settle(now) if ms is None else queue.advance(now, ms)
+        if not queue.busy():
+            del self.active[link]
+        return gone
+
+    def _finish(self, gone: list[int]) -> list[int]:
         ended = []
-        for link, queue in list(self.queued.items()):
-            served = (to - self.now) * self.bytes_per_ms[link] / len(queue)
-            for exchange in list(queue):
-                queue[exchange] -= served
-                if queue[exchange] <= _DRAINED:
-                    del queue[exchange]
-                    self.links_left[exchange] -= 1
-                    if not self.links_left[exchange]:
-                        del self.links_left[exchange]
-                        ended.append(exchange)
-            if not queue:
-                del self.queued[link]
-                self.idle_since[link] = to
-        self.now = to
+        for exchange in gone:
+            self.links_left[exchange] -= 1
+            if not self.links_left[exchange]:
+                del self.links_left[exchange]
+                ended.append(exchange)
         return ended
 
 
@@ -784,10 +903,10 @@ class WorkerTimelines:
 
 
 class _Events:
-    """A discrete-event clock over _FluidLinks: callbacks at times, and when exchanges end."""
+    """A discrete-event clock over _FifoLinks: callbacks at times, and when exchanges end."""
 
     def __init__(self, rates: Mapping[str, float]) -> None:
-        self.links = _FluidLinks(rates)
+        self.links = _FifoLinks(rates)
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._waiting: dict[int, Callable[[], None]] = {}
         self._ids = 0
@@ -800,16 +919,15 @@ class _Events:
         self._ids += 1
         heapq.heappush(self._timers, (when, self._ids, then))
 
-    def send(self, bytes_of: Mapping[str, float], then: Callable[[], None]) -> None:
-        """Queue an exchange now; `then` once its bytes have crossed every link."""
+    def send(self, bytes_of: Mapping[str, float], sender: str, then: Callable[[], None]) -> None:
+        """Send an exchange from `sender` now; `then` once its bytes have crossed every link."""
         self._ids += 1
-        if self.links.start(self._ids, bytes_of):
-            self.at(self.now, then)
-        else:
-            self._waiting[self._ids] = then
+        self._waiting[self._ids] = then
+        for exchange in self.links.start(self._ids, bytes_of, sender):
+            self.at(self.now, self._waiting.pop(exchange))
 
     def run(self) -> None:
-        while self._timers or self.links.queued:
+        while self._timers or self.links.busy():
             due = min(self._timers[0][0] if self._timers else float("inf"), self.links.next_end())
             for exchange in self.links.advance(due):
                 self._waiting.pop(exchange)()
@@ -833,10 +951,15 @@ def _routed(phased: PhaseBytes, keys: Sequence[ShardKeys]) -> tuple[Counter[str]
 
 
 def worker_timelines(
-    prediction: Prediction, mode: str, compute: np.ndarray, bound: int | None
+    prediction: Prediction,
+    mode: str,
+    compute: np.ndarray,
+    bound: int | None,
+    starts: Sequence[float] | None = None,
 ) -> WorkerTimelines:
-    """SYNC=ssp:`bound` (None: async), worker by worker (docs/design.md section 8), the
-    links shared as _FluidLinks shares them. Worker w's iteration t: it pulls once
+    """SYNC=ssp:`bound` (None: async), worker by worker (docs/design.md section 8), over
+    links that queue as _FifoLinks says. Worker w starts at starts[w] ms (None: every
+    worker at 0). Its iteration t: it pulls once
     DONE_ACK(t - 1) is in, computes compute[w, t - 1] ms, pushes, and sends DONE(t); the PS
     returns DONE_ACK(t) once iteration t - S is applied (async: at once). The PS applies
     iterations in order, each once every DONE of it is in: it collects t from the switch
@@ -861,6 +984,8 @@ def worker_timelines(
     # the barrier's control traffic: its bytes less the DONEs and DONE_ACKs
     control = [+(barrier - sum(done, Counter()) - sum(done_ack, Counter()))
                for barrier in phased.barrier]  # fmt: skip
+    host = [shard_keys[0][w][0].host for w in range(workers)]
+    ps_host = shard_keys[0][0][0].ps  # the PS's own sends (several shards count as one, above)
     clock = _Events(prediction.rates)
     durations = np.zeros((workers, iterations))
     started = [0.0] * workers
@@ -876,7 +1001,11 @@ def worker_timelines(
         stale.append(t - 1 - state["applied"])
         answered = not offload or state["applied"] == t - 1
         pull = phased.pull[t - 1][w] if answered else _routed(phased, keys)[0]
-        clock.send(pull, lambda: clock.at(clock.now + float(compute[w, t - 1]), lambda: push(w, t)))
+        clock.send(
+            pull,
+            host[w],
+            lambda: clock.at(clock.now + float(compute[w, t - 1]), lambda: push(w, t)),
+        )
 
     def push(w: int, t: int) -> None:
         keys = shard_keys[t - 1][w]
@@ -889,7 +1018,7 @@ def worker_timelines(
             for k in keys:
                 refused.setdefault(t, {}).setdefault((k.ps, k.stop), set()).update(k.hot.tolist())
         pushes = phased.push[t - 1][w] if summed else _routed(phased, keys)[1]
-        clock.send(pushes, lambda: clock.send(done[w], lambda: arrived(w, t)))
+        clock.send(pushes, host[w], lambda: clock.send(done[w], host[w], lambda: arrived(w, t)))
 
     def arrived(w: int, t: int) -> None:
         dones[t] += 1
@@ -901,7 +1030,7 @@ def worker_timelines(
         held = []
         for w, t in waiting:
             if bound is None or t - bound <= state["applied"]:
-                clock.send(done_ack[w], partial(acked, w, t))
+                clock.send(done_ack[w], ps_host, partial(acked, w, t))
             else:
                 held.append((w, t))
         waiting[:] = held
@@ -916,7 +1045,7 @@ def worker_timelines(
         if state["applying"] or u > iterations or dones[u] < workers:
             return
         state["applying"] = u
-        clock.send(control[u - 1], lambda: collected(u))
+        clock.send(control[u - 1], ps_host, lambda: collected(u))
 
     def collected(u: int) -> None:
         state["collected"] = u
@@ -925,7 +1054,7 @@ def worker_timelines(
             _, wire = packet_bytes(len(keys))  # WRITEBACK, and its ack as large
             phased.add(writeback, ps, switch, wire)
             phased.add(writeback, switch, ps, wire)
-        clock.send(writeback, lambda: applied(u))
+        clock.send(writeback, ps_host, lambda: applied(u))
 
     def applied(u: int) -> None:
         state["applied"], state["applying"] = u, 0
@@ -933,7 +1062,7 @@ def worker_timelines(
         apply()
 
     for w in range(workers):
-        clock.at(0.0, partial(begin, w, 1))
+        clock.at(float(starts[w]) if starts else 0.0, partial(begin, w, 1))
     clock.run()
     entries = state["entries"]
     return WorkerTimelines(

@@ -10,11 +10,14 @@ import pytest
 
 from experiment.model import (
     SHAPER_BURST_BYTES,
+    START_DRAWS,
+    START_SPREAD_MS,
     Prediction,
-    _FluidLinks,
+    _FifoLinks,
     link_ms,
     predict,
     predict_iterations,
+    start_offsets,
     worker_timelines,
 )
 from tests.test_model import FixedKeys
@@ -35,17 +38,76 @@ def compute(ms: float, straggler: float = 1.0) -> np.ndarray:
     return table
 
 
-def test_two_exchanges_started_together_share_a_link() -> None:
-    """Processor sharing: of two exchanges queued at once on one link, the smaller ends
-    after twice its bytes, the larger after both; the first burst goes at once."""
-    links = _FluidLinks({"a-b": 8.0})  # 1000 bytes per ms
-    assert not links.start(1, {"a-b": SHAPER_BURST_BYTES + 1000.0})
-    assert not links.start(2, {"a-b": 3000.0})
-    first = links.next_end()
-    assert first == pytest.approx(2.0) and links.advance(first) == [1]
-    second = links.next_end()
-    assert second == pytest.approx(4.0) and links.advance(second) == [2]
+def _run_until(links: _FifoLinks, until: float) -> list[tuple[float, int]]:
+    """Serve `links` event by event up to `until`: (when, exchange) of each that ended."""
+    ended = []
+    while (due := links.next_end()) <= until:
+        ended += [(due, e) for e in links.advance(due)]
+    links.advance(until)
+    return ended
+
+
+def test_a_link_serves_what_reached_it_first_first() -> None:
+    """Two senders' exchanges sent together reach the shared link interleaved, each at its
+    own link's pace, and end together; a small one sent later waits behind the bytes
+    queued before it (a FIFO, as htb's default leaf queue), not only its share of them."""
+    rates = {"a-s": 8.0, "c-s": 8.0, "d-s": 8.0, "s-b": 8.0}  # 1000 bytes per ms
+    links = _FifoLinks(rates)
+    big = SHAPER_BURST_BYTES + 2000.0  # a burst, then 2 ms at its own link's rate
+    assert links.start(1, {"a-s": big, "s-b": big}, "a") == []
+    assert links.start(2, {"c-s": big, "s-b": big}, "c") == []
+    assert _run_until(links, 3.0) == []
+    # s-b: one burst went at once, the rest of both at 1000 bytes per ms
+    together = (2 * big - SHAPER_BURST_BYTES) / 1000.0
+    backlog_at_3 = 2 * big - SHAPER_BURST_BYTES - 3.0 * 1000.0
+    assert links.start(3, {"d-s": 62.0, "s-b": 62.0}, "d") == []
+    ended = _run_until(links, 10.0)
+    assert [e for _, e in ended] == [1, 2, 3]
+    assert ended[0][0] == pytest.approx(together) and ended[1][0] == pytest.approx(together)
+    assert ended[2][0] == pytest.approx(3.0 + (backlog_at_3 + 62.0) / 1000.0)
     assert links.next_end() == float("inf")
+
+
+def test_a_small_exchange_on_idle_links_goes_in_their_burst() -> None:
+    """A DONE-sized exchange on links that idled ends at once (the shapers' tokens)."""
+    links = _FifoLinks({"a-s": 2.0, "s-b": 2.0})
+    assert links.start(1, {"a-s": 62.0, "s-b": 62.0}, "a") == [1]
+    assert not links.busy()
+
+
+def test_equal_workers_started_together_stay_in_phase() -> None:
+    """Under async, workers with the same bytes and compute started at once stay in step:
+    their pulls and pushes overlap on the PS link, and a worker whose exchanges end first
+    finds its DONE queued behind the others' pushes (a FIFO), so from the second iteration
+    on all take the same time until the last and none gets away (as measured, server-only in
+    docs/results/2026-12-03-sync-model.md). Started a quarter of an iteration apart, the
+    same workers stay apart, their exchanges no longer queue behind each other's, and
+    each iteration is shorter: both states hold, and the start decides."""
+    p, c = prediction(), compute(80.0)
+    together = worker_timelines(p, "server", c, None)
+    # (the last iteration ends as the others leave the link)
+    assert np.ptp(together.durations[:, 1:-1], axis=0).max() < 0.01  # ms
+    pull_ms = link_ms(p.phased["server"].pull[0][0]["s1-h5"], MBPS)
+    ends = np.cumsum(together.durations, axis=1)
+    assert np.ptp(ends, axis=0).max() < pull_ms  # their pulls overlap, every iteration
+    period = float(np.median(together.durations))
+    quarter = [w * period / WORKERS for w in range(WORKERS)]
+    apart = worker_timelines(p, "server", c, None, quarter)
+    ends = np.cumsum(apart.durations, axis=1) + np.array(quarter)[:, None]
+    assert np.diff(np.sort(ends[:, -1])).min() > pull_ms
+    assert np.median(apart.durations) < 0.9 * period
+
+
+def test_the_model_pools_seeded_start_offsets() -> None:
+    """ssp and async: the model's iterations are those of START_DRAWS seeded sets of start
+    offsets, the same for every call; BSP starts every iteration at its barrier."""
+    p, c = prediction(), compute(80.0)
+    first = predict_iterations(p, c, "async")
+    assert first.times["server"].size == START_DRAWS * WORKERS * ITERATIONS
+    assert predict_iterations(p, c, "async").as_dict() == first.as_dict()
+    offsets = start_offsets(WORKERS)
+    assert len(offsets) == START_DRAWS and len({tuple(o) for o in offsets}) == START_DRAWS
+    assert all(0.0 <= x < START_SPREAD_MS for o in offsets for x in o)
 
 
 def test_ssp0_is_bsp() -> None:
@@ -123,12 +185,13 @@ def test_fewer_pushes_are_summed_the_further_workers_run_ahead() -> None:
 
 def test_staleness_grows_with_the_slack() -> None:
     """What a pull lacks ((t - 1) - A) is 0 in lockstep, at most S in ssp:S, and larger
-    still in async with a straggler."""
+    still in async with a straggler (how much larger depends on how far the fast workers,
+    which share the PS link, outrun it in the run's iterations)."""
     p, c = prediction(), compute(80.0, straggler=3.0)
     stale = {b: worker_timelines(p, "server", c, b).staleness_mean for b in (0, 1, 2, None)}
     assert stale[0] == 0.0
     assert stale[1] is not None and stale[2] is not None and stale[None] is not None
-    assert 0.0 < stale[1] <= 1.0 and stale[1] < stale[2] <= 2.0 < stale[None]
+    assert 0.0 < stale[1] <= 1.0 and stale[1] < stale[2] <= 2.0 and stale[2] < stale[None]
 
 
 def test_the_report_names_each_modes_model() -> None:
