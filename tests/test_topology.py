@@ -326,6 +326,7 @@ SQUARE = math.isqrt(MAX_WORKERS + 1) + 1  # SQUARE * SQUARE - 1 > MAX_WORKERS
         ("star:0", f"1..{MAX_WORKERS}"),
         (f"star:{MAX_WORKERS + 1}", f"1..{MAX_WORKERS}"),
         ("star:4:0", "parameter servers"),
+        ("star:250:4", "250 workers and 4 parameter server"),
         ("leafspine:2", "needs both L and H"),
         ("leafspine:1:1", "at least two hosts"),
         # the smallest square leaf-spine with more workers than the switch takes
