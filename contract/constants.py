@@ -65,6 +65,13 @@ MAX_JOBS = _p4("MAX_JOBS")
 MAX_WORKERS = _p4("MAX_WORKERS")
 DEDUP_WINDOW = _p4("DEDUP_WINDOW")
 DEDUP_SIZE = _p4("DEDUP_SIZE")
+# dedup cell = (job_index & JOB_MASK) << JOB_SHIFT | (worker_id & WORKER_MASK) << WORKER_SHIFT
+# | (seq & SEQ_MASK), as dedup.p4 computes it
+DEDUP_JOB_MASK = _p4("DEDUP_JOB_MASK")
+DEDUP_JOB_SHIFT = _p4("DEDUP_JOB_SHIFT")
+DEDUP_WORKER_MASK = _p4("DEDUP_WORKER_MASK")
+DEDUP_WORKER_SHIFT = _p4("DEDUP_WORKER_SHIFT")
+DEDUP_SEQ_MASK = _p4("DEDUP_SEQ_MASK")
 AGG_SIZE = _p4("AGG_SIZE")  # two copies of each slot, by iteration parity
 CPU_PORT = _p4("CPU_PORT")
 STATS_SIZE = _p4("STATS_SIZE")

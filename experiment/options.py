@@ -49,6 +49,7 @@ from hosts.workloads import (
     workload_help,
     workload_names,
 )
+from topologies.generate import MAX_PORTS
 from topologies.targets import TargetName, make_target, target_names
 from topologies.topology import Topology, TopologyFileError, load_topology
 
@@ -643,6 +644,11 @@ def _check_jobs(cfg: RunConfig) -> None:
     if cfg.workers > MAX_WORKERS:
         raise PreflightError(
             f"JOBS={cfg.jobs}: {cfg.workers} workers in all; the star's switch takes {MAX_WORKERS}"
+        )
+    if cfg.workers + cfg.jobs > MAX_PORTS:  # the run's star has a PS per job
+        raise PreflightError(
+            f"JOBS={cfg.jobs}: {cfg.workers} workers and {cfg.jobs} parameter servers in all; "
+            f"the star's switch has {MAX_PORTS} ports for hosts"
         )
     if cfg.hot_slots < cfg.jobs:
         raise PreflightError(

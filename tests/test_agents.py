@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from contract.codec import HEADER, decode, encode
-from contract.constants import HOTAGG_PORT, Op, Stat
+from contract.constants import HOTAGG_PORT, MAX_WORKERS, Op, Stat
 from contract.freqfile import read_frequency
 from hosts.agent import INITIAL_RTO, AgentError, DeadlineExceeded, RttEstimator
 from hosts.ps import ParameterServer
@@ -467,7 +467,6 @@ class VethSwitch:
     host 1; hot sets are written over P4Runtime, one lookup instance at a time as given."""
 
     def __init__(self, sut, job_id: int, slots: int, hot: dict[int, int]) -> None:
-        from contract.constants import MAX_WORKERS
         from controller.jobs import Jobs
         from controller.tenancy import Tenancy
 
@@ -738,7 +737,7 @@ def test_startup_errors_are_clear() -> None:
     with pytest.raises(AgentError, match="collect needs"):
         ParameterServer(PSConfig(1, 1, 10, bind=("127.0.0.1", 0), collect=True))
     with pytest.raises(AgentError, match="worker id"):
-        Worker(WorkerConfig(1, 64, [("127.0.0.1", 1)], 1), zipf())
+        Worker(WorkerConfig(1, MAX_WORKERS, [("127.0.0.1", 1)], 1), zipf())
 
 
 def test_worker_deadline_bounds_a_run_without_ps() -> None:

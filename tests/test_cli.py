@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from contract.constants import HOT_KEYS_SIZE
+from contract.constants import HOT_KEYS_SIZE, MAX_WORKERS
 from contract.names import hot_keys_table as table
 from contract.names import set_slot_action as set_slot
 from controller.cli import main
@@ -141,9 +141,10 @@ def test_tenancy_from_a_topology_and_by_hand(capsys, switch: Switch) -> None:
     assert rc == 0 and out == "job 3 ps: port 4, 10.0.0.4: revoked\n"
     rc, _, err = ctl(capsys, a, "tenancy", "revoke", *one)
     assert rc == 9 and "is not admitted" in one_line_error(err)
-    rc, _, err = ctl(capsys, a, "tenancy", "admit", "--job-id", "3", "--worker-id", "64",
-                     "--port", "1", "--addr", "10.0.0.1")  # fmt: skip
-    assert rc == 5 and "--worker-id: 64 is not in 0..63" in one_line_error(err)
+    rc, _, err = ctl(capsys, a, "tenancy", "admit", "--job-id", "3", "--worker-id",
+                     str(MAX_WORKERS), "--port", "1", "--addr", "10.0.0.1")  # fmt: skip
+    assert rc == 5
+    assert f"--worker-id: {MAX_WORKERS} is not in 0..{MAX_WORKERS - 1}" in one_line_error(err)
     rc, _, err = ctl(capsys, a, "tenancy", "admit", "--job-id", "3", "--ps", "--port", "1",
                      "--addr", "10.0.0")  # fmt: skip
     assert rc == 5 and "not an IPv4 address" in one_line_error(err)

@@ -15,7 +15,7 @@ import pytest
 from google.rpc import status_pb2
 from p4.v1 import p4runtime_pb2
 
-from contract.constants import CPU_PORT, HOT_KEYS_SIZE, MAX_JOBS
+from contract.constants import CPU_PORT, HOT_KEYS_SIZE, MAX_JOBS, MAX_WORKERS
 from contract.constants import MAX_ENTRIES as INSTANCES
 from contract.frames import push_frame
 from contract.names import hot_keys_table as table
@@ -561,7 +561,7 @@ def test_tenancy_from_the_leaf_spine_admits_each_host_where_it_arrives() -> None
 @pytest.mark.parametrize(
     "args,message",
     [
-        ((1, 64, 1, "10.0.0.1"), "worker id 64"),
+        ((1, MAX_WORKERS, 1, "10.0.0.1"), f"worker id {MAX_WORKERS}"),
         ((1, 0, 512, "10.0.0.1"), "port 512"),
         ((1 << 16, 0, 1, "10.0.0.1"), "job id"),
         ((1, None, 1, "10.0.0.300"), "not an IPv4 address"),

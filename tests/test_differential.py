@@ -72,6 +72,7 @@ from contract.constants import (
     INT32_MIN,
     KEY_MAX,
     MAX_ENTRIES,
+    MAX_WORKERS,
     NUM_SLOTS,
     Op,
 )
@@ -134,12 +135,18 @@ def serve_unknown_jobs(sut: SwitchUnderTest) -> None:
     sut.client.write_entries("modify", [entry])
 
 
-WORKERS = {W1: (JOB, (0, 2)), W2: (JOB, (1, 3)), W4: (OTHER_JOB, (0, 1))}  # port -> job, ids
+# port -> job, worker ids: ids across 0..MAX_WORKERS - 1, some sharing their low 6 bits (0,
+# 64, 128 on port 1) so that a dedup cell that dropped a worker bit would be shared.
+WORKERS = {
+    W1: (JOB, (0, 2, 64, 128)),
+    W2: (JOB, (1, 3, MAX_WORKERS - 1)),
+    W4: (OTHER_JOB, (0, 1, 193)),
+}
 
 # Aggregation at every leaf: the service address the switch takes (10.0.0.254, unrouted), and
 # the pseudo-worker id under which h4 sends partial PUSHes of job 1 (a remote leaf's).
 SERVICE = 254
-PSEUDO = 40
+PSEUDO = 200
 
 
 def leaves(service: int | None, chain: int | None):
@@ -154,9 +161,12 @@ def leaves(service: int | None, chain: int | None):
 
 # Admissions besides conftest.TEST_ADMISSIONS (job 1's workers 0 and 1 on ports 1 and 2, job
 # 2's worker 0 on port 4, h3 both jobs' PS): (job, worker id or None for the PS, port, host).
-# Job 1's worker 3 (port 2) and job 2's worker 1 (port 4) start without one.
+# Job 1's workers 3 (port 2) and 128 (port 1) and job 2's worker 1 (port 4) start without one.
 ADMISSIONS = (
     (JOB, 2, W1, W1),
+    (JOB, 64, W1, W1),
+    (JOB, MAX_WORKERS - 1, W2, W2),
+    (OTHER_JOB, 193, W4, W4),
     (3, 0, W1, W1),
     (3, None, PS, PS),
     (4, 1, W2, W2),
@@ -173,9 +183,10 @@ def admit_initial(sut: SwitchUnderTest) -> None:
 
 
 def move_admissions(sut: SwitchUnderTest) -> None:
-    """Mid-run: job 1's worker 3 is admitted on port 2, worker 2 loses port 1, job 2's PS
-    moves from h3 to h4's port with h3's address."""
+    """Mid-run: job 1's workers 3 and 128 are admitted on ports 2 and 1, worker 2 loses
+    port 1, job 2's PS moves from h3 to h4's port with h3's address."""
     sut.admit(JOB, 3, W2)
+    sut.admit(JOB, 128, W1)
     sut.revoke(JOB, 2, W1)
     sut.revoke(OTHER_JOB, None, PS)
     sut.admit(OTHER_JOB, None, W4, host=PS)
@@ -337,7 +348,8 @@ class FrameGen:
             seq, kind = last + self.rng.randint(2, 100), "push seq jump"
         else:
             seq = last + 1
-            worker, kind = self.rng.choice((64, 127, 65535)), "push worker >= MAX_WORKERS"
+            worker = self.rng.choice((MAX_WORKERS, MAX_WORKERS + 64, 65535))
+            kind = "push worker >= MAX_WORKERS"
         if kind in ("push", "push seq jump"):
             self.seqs[(job, worker)] = max(last, seq)
         data = frame(
@@ -412,7 +424,8 @@ class FrameGen:
         elif r < 0.08:
             seq, kind = 0, "flush seq 0"
         elif r < 0.11:
-            worker, kind = self.rng.choice((64, 65535)), "flush worker >= MAX_WORKERS"
+            worker = self.rng.choice((MAX_WORKERS, 65535))
+            kind = "flush worker >= MAX_WORKERS"
         data = frame(
             port,
             self.ps_op_dst(),

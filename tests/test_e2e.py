@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.constants import MAX_WORKERS
 from experiment.config import HOTSET_EVERY
 from experiment.schema import load_summary
 from topologies.network import missing_prerequisites
@@ -188,8 +189,10 @@ def test_bad_options_fail_with_a_clear_message(tmp_path):
     assert proc.returncode == 2 and "BW (--bw): 0 is not a positive number" in proc.stderr
     assert "Traceback" not in proc.stderr
     if os.geteuid() == 0:
-        proc = run_cli("--topo", "star:99", "--runs-dir", str(tmp_path))
-        assert proc.returncode == 2 and "99 workers; the switch takes 1..64" in proc.stderr
+        too_many = MAX_WORKERS + 1
+        proc = run_cli("--topo", f"star:{too_many}", "--runs-dir", str(tmp_path))
+        assert proc.returncode == 2
+        assert f"{too_many} workers; the switch takes 1..{MAX_WORKERS}" in proc.stderr
         proc = run_cli("--ps", "h9", "--runs-dir", str(tmp_path))
         assert proc.returncode == 2 and "PS=h9: no host 'h9'" in proc.stderr
         proc = run_cli("--workload", "trace", "--runs-dir", str(tmp_path))

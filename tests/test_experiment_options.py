@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.constants import MAX_WORKERS
 from experiment.__main__ import build_parser
 from hosts.stats import dumps_strict
 
@@ -54,7 +55,7 @@ REPO = Path(__file__).resolve().parent.parent
 # The make variable, and the run's arguments as the Makefile passes them.
 BAD_PARSE = [
     ("WORKERS", ["--workers", "0"]),
-    ("WORKERS", ["--workers", "65"]),
+    ("WORKERS", ["--workers", str(MAX_WORKERS + 1)]),
     ("WORKERS", ["--workers", "four"]),
     ("ITERATIONS", ["--iterations", "0"]),
     ("SKEW", ["--skew", "-1"]),
@@ -90,6 +91,19 @@ def test_malformed_options_name_their_make_variable(
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert f"{knob} ({argv[0]})" in err and err.startswith("hotagg: error:"), err
+
+
+def test_workers_up_to_the_switch_limit_parse_and_one_more_is_refused_saying_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert build_parser().parse_args(["run", "--workers", str(MAX_WORKERS)]).workers == [
+        MAX_WORKERS
+    ]
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["run", "--workers", str(MAX_WORKERS + 1)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"WORKERS (--workers): {MAX_WORKERS + 1} is not in 1..{MAX_WORKERS}" in err, err
 
 
 def _trace(path: Path, iterations: int) -> Path:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.constants import MAX_WORKERS
 from experiment.__main__ import build_parser
 from experiment.config import RunConfig, Split, job_configs
 from experiment.jobs_run import splits_measured
@@ -20,7 +21,11 @@ from experiment.options import check, config_of
 from experiment.schema import load_summary
 from experiment.testbed import place_jobs
 from tests.test_e2e import missing_prerequisites, run_cli
+from topologies.generate import MAX_PORTS
 from topologies.switches import REPO_ROOT, bmv2_missing
+
+OVER = MAX_WORKERS // 2 + 1
+PORTS_FULL = (MAX_PORTS - 1) // 2
 
 
 def config(*argv: str) -> RunConfig:
@@ -67,7 +72,13 @@ def test_each_job_runs_on_its_own_workers_and_ps() -> None:
         (("--jobs", "2", "--topo", "star:8"), "JOBS=2: TOPO= is not taken"),
         (("--jobs", "2", "--aggregate", "leaves"), "JOBS=2: AGGREGATE= is not taken"),
         (("--jobs", "2", "--hotset", "dynamic"), "JOBS=2: HOTSET= is not taken"),
-        (("--jobs", "2", "--workers", "40,40"), "80 workers in all"),
+        # two jobs of OVER workers are more than the switch's ids; of PORTS_FULL, fewer, but
+        # with the two PS hosts more than the star's ports
+        (("--jobs", "2", "--workers", f"{OVER},{OVER}"), f"{2 * OVER} workers in all; the star"),
+        (
+            ("--jobs", "2", "--workers", f"{PORTS_FULL},{PORTS_FULL}"),
+            f"{2 * PORTS_FULL} workers and 2 parameter servers in all",
+        ),
         (("--jobs", "4", "--hot-slots", "3"), "HOT_SLOTS=3 cannot give each of 4 jobs a slot"),
     ],
 )

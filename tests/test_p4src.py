@@ -245,6 +245,29 @@ def test_index_layouts_follow_sizes():
     assert s["UDP_HEADER_LEN"] + s["HEADER_LEN"] + s["MAX_ENTRIES"] * s["ENTRY_LEN"] + 34 == 158
 
 
+def test_dedup_cell_is_masked_by_the_sizes_and_its_comments_say_the_numbers():
+    s = consts("sizes.p4")
+    # worker_id >= MAX_WORKERS is BAD_WORKER: the const must not wrap round in its own width
+    declared = re.search(r"const\s+(bit<\d+>)\s+MAX_WORKERS\b", (INCLUDE / "sizes.p4").read_text())
+    assert declared and s["MAX_WORKERS"] < 1 << width(declared.group(1))
+    assert s["MAX_WORKERS"] <= 1 << width("worker_id_t")
+    # dedup_cell() takes every bit from a mask and shift of sizes.p4, no number of its own
+    dedup = source("dedup.p4")
+    body = braced(dedup, dedup.index("dedup_cell("))
+    for name in ("DEDUP_JOB_MASK", "DEDUP_JOB_SHIFT", "DEDUP_WORKER_MASK",
+                 "DEDUP_WORKER_SHIFT", "DEDUP_SEQ_MASK"):  # fmt: skip
+        assert name in body, name
+    assert not re.search(r"\b\d+\b", body), body
+    # the comments that spell the layout out in numbers follow the sizes
+    spelled = (
+        f"(job_index & {s['DEDUP_JOB_MASK']}) << {s['DEDUP_JOB_SHIFT']} | "
+        f"(worker_id & {s['DEDUP_WORKER_MASK']}) << {s['DEDUP_WORKER_SHIFT']} | "
+        f"(seq & {s['DEDUP_SEQ_MASK']})"
+    )
+    for name in ("sizes.p4", "dedup.p4"):
+        assert spelled in (INCLUDE / name).read_text(), name
+
+
 def test_headers_mirror_scapy_layers():
     headers, _ = layout()
     for p4name, layer in [("hotagg_t", protocol.Hotagg), ("entry_t", protocol.Entry)]:

@@ -23,6 +23,7 @@ from contract.constants import (
     INT32_MAX,
     INT32_MIN,
     MAX_ENTRIES,
+    MAX_WORKERS,
     Op,
     Stat,
 )
@@ -157,6 +158,39 @@ def test_duplicate_push_is_never_added_twice(sut):
     assert only(again[1], PS).data == only(first[1], PS).data
     assert sut.stats()[Stat.PUSH_DUP] - before[Stat.PUSH_DUP] == 2
     assert collect(sut, 1) == {10: 6}
+
+
+# Worker ids past 63, up to the last one: ids that agree in their low 6 bits (0, 64, 128)
+# and job 2's worker 0 (job index 1, the next job's block of cells) keep dedup cells apart.
+HIGH_WORKERS = (64, 128, MAX_WORKERS - 1)
+
+
+def test_workers_past_63_are_admitted_and_deduplicated_in_cells_of_their_own(sut):
+    sut.hot(JOB, {10: 0})
+    sut.hot(OTHER_JOB, {10: 0})
+    # Not admitted yet: the admission table, not the id's range, stops the last id.
+    dropped_as(sut, W1, push(W1, 1, [(10, 1000)], worker=MAX_WORKERS - 1), Stat.FOREIGN_WORKER)
+    for worker in HIGH_WORKERS:
+        sut.admit(JOB, worker, W1)
+    before = sut.stats()
+    only(sut.ports.exchange(W1, push(W1, 1, [(10, 1)])), W1)  # worker 0, seq 1
+    firsts = {}
+    for i, worker in enumerate(HIGH_WORKERS):  # seq 1 too: each is fresh, none a duplicate
+        data = push(W1, 1, [(10, 10 ** (i + 1)), (600 + i, 1)], worker=worker)
+        firsts[worker] = only(sut.ports.exchange(W1, data), PS).data  # the cold entry goes on
+    ack = only(sut.ports.exchange(W4, push(W4, 1, [(10, 7)], job=OTHER_JOB, worker=0)), W4).agg
+    assert ack.op == Op.PUSH_ACK and ack.mask == 1
+    after = sut.stats()
+    assert after[Stat.PUSH] - before[Stat.PUSH] == 2 + len(HIGH_WORKERS)
+    assert after[Stat.PUSH_DUP] == before[Stat.PUSH_DUP]
+    assert after[Stat.HOT_APPLIED] - before[Stat.HOT_APPLIED] == 2 + len(HIGH_WORKERS)
+    # Retransmissions of each high worker's seq 1: duplicates, re-sent as the first time.
+    for i, worker in enumerate(HIGH_WORKERS):
+        data = push(W1, 1, [(10, 10 ** (i + 1)), (600 + i, 1)], worker=worker)
+        assert only(sut.ports.exchange(W1, data), PS).data == firsts[worker]
+    assert sut.stats()[Stat.PUSH_DUP] - after[Stat.PUSH_DUP] == len(HIGH_WORKERS)
+    assert collect(sut, 1) == {10: 1 + 10 + 100 + 1000}
+    assert collect(sut, 1, job=OTHER_JOB) == {10: 7}
 
 
 def test_push_older_than_window_is_dropped(sut):
@@ -389,8 +423,11 @@ def _malformed_cases():
         "op 0": (good[:43] + b"\x00" + good[44:], Stat.UNKNOWN_OP),
         "op 12": (good[:43] + b"\x0c" + good[44:], Stat.UNKNOWN_OP),
         "unknown job": (push(W1, 1, [(10, 1)], job=999), Stat.UNKNOWN_JOB),
-        "worker 64": (push(W1, 1, [(10, 1)], worker=64), Stat.BAD_WORKER),
-        "worker 64, not admitted": (push(W1, 1, [(10, 1)], worker=64), Stat.FOREIGN_WORKER),
+        "worker MAX_WORKERS": (push(W1, 1, [(10, 1)], worker=MAX_WORKERS), Stat.BAD_WORKER),
+        "worker MAX_WORKERS, not admitted": (
+            push(W1, 1, [(10, 1)], worker=MAX_WORKERS),
+            Stat.FOREIGN_WORKER,
+        ),
     }
     return cases
 
@@ -398,12 +435,12 @@ def _malformed_cases():
 @pytest.mark.parametrize("case", list(_malformed_cases()))
 def test_malformed_input_is_dropped_and_counted(sut, case):
     sut.hot(JOB, {10: 0})
-    if case == "worker 64":
-        # Admitted by a raw entry (the controller refuses worker ids >= 64): BAD_WORKER is
-        # what stops it then.
+    if case == "worker MAX_WORKERS":
+        # Admitted by a raw entry (the controller refuses worker ids >= MAX_WORKERS):
+        # BAD_WORKER is what stops it then.
         entry = sut.p4info.table_entry(
             "HotaggIngress.worker_admission",
-            {"job_id": JOB, "worker_id": 64, "ingress_port": W1, "src_addr": 0x0A000001},
+            {"job_id": JOB, "worker_id": MAX_WORKERS, "ingress_port": W1, "src_addr": 0x0A000001},
             "HotaggIngress.admit",
             {},
         )

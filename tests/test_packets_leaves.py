@@ -19,6 +19,7 @@ from contract.constants import (
     FLAG_RETRANSMIT,
     HOTAGG_PORT,
     MAX_ENTRIES,
+    MAX_WORKERS,
     Op,
     Stat,
 )
@@ -159,8 +160,8 @@ def test_flush_is_checked_as_a_ps_op_and_as_a_push(sut):
     dropped_as(sut, PS, frame(PS, SERVICE, Op.FLUSH, [(10, 1)], seq=1, iteration=1, job_id=JOB),
            Stat.MALFORMED)  # fmt: skip
     dropped_as(sut, PS, flush(0, seq=0), Stat.MALFORMED)
-    dropped_as(sut, PS, frame(PS, SERVICE, Op.FLUSH, seq=1, iteration=1, job_id=JOB, worker_id=64),
-           Stat.BAD_WORKER)  # fmt: skip
+    dropped_as(sut, PS, frame(PS, SERVICE, Op.FLUSH, seq=1, iteration=1, job_id=JOB,
+                              worker_id=MAX_WORKERS), Stat.BAD_WORKER)  # fmt: skip
     assert sums(collect_at(sut, 1)) == {10: 5}
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.constants import MAX_WORKERS
 from experiment import sweep
 from experiment.config import RunConfig
 from experiment.configline import join_config
@@ -173,8 +174,9 @@ def test_a_value_no_run_can_take_stops_the_sweep_before_it_starts(
     assert main([*argv, "--keys", "200", "--drift", "every=5,fraction=0.3"]) == 2
     assert "DRIFT=every=5,fraction=0.3,head=256" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
-        main(["sweep", "--workers", "65", "--sweeps-dir", str(sweeps)])
-    assert e.value.code == 2 and "WORKERS (--workers): 65" in capsys.readouterr().err
+        main(["sweep", "--workers", str(MAX_WORKERS + 1), "--sweeps-dir", str(sweeps)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and f"WORKERS (--workers): {MAX_WORKERS + 1}" in err
     assert not sweeps.exists()  # nothing ran, not even the sweep's directory
     # a grid every run can take passes
     sweep.preflight(sweep.grid(parse("--hotset", "dynamic", "--keys", "5000")), parse())

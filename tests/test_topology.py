@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 
 import pytest
 
+from contract.constants import MAX_WORKERS
 from topologies.generate import generate
 from topologies.topo import HotaggTopo
 from topologies.topology import TopologyFileError, load_topology, parse_topology
@@ -315,15 +317,20 @@ def test_generated_leafspine_routes_reach_every_host() -> None:
     assert by_ip["10.0.3.1"].port == 5 and by_ip["10.0.2.1"].port == 1
 
 
+SQUARE = math.isqrt(MAX_WORKERS + 1) + 1  # SQUARE * SQUARE - 1 > MAX_WORKERS
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("star:0", "1..64"),
-        ("star:65", "1..64"),
+        ("star:0", f"1..{MAX_WORKERS}"),
+        (f"star:{MAX_WORKERS + 1}", f"1..{MAX_WORKERS}"),
         ("star:4:0", "parameter servers"),
+        ("star:250:4", "250 workers and 4 parameter server"),
         ("leafspine:2", "needs both L and H"),
         ("leafspine:1:1", "at least two hosts"),
-        ("leafspine:9:9", "80 workers"),
+        # the smallest square leaf-spine with more workers than the switch takes
+        (f"leafspine:{SQUARE}:{SQUARE}", f"{SQUARE * SQUARE - 1} workers"),
         ("ring:4", "not a topology"),
     ],
 )

@@ -66,10 +66,12 @@ def star(workers: int, shards: int = 1) -> dict[str, Any]:
     """One aggregating switch, `workers` workers and `shards` parameter servers."""
     if not 1 <= workers <= MAX_WORKERS:
         raise TopologySpecError(f"star: {workers} workers; the switch takes 1..{MAX_WORKERS}")
-    if shards < 1 or workers + shards > MAX_PORTS:
+    if shards < 1:
+        raise TopologySpecError(f"star: {shards} parameter servers; use 1 or more")
+    if workers + shards > MAX_PORTS:
         raise TopologySpecError(
-            f"star: {shards} parameter servers; use 1 or more, with workers + servers "
-            f"<= {MAX_PORTS} ports"
+            f"star: {workers} workers and {shards} parameter server(s) need "
+            f"{workers + shards} ports; the switch has {MAX_PORTS} for hosts"
         )
     hosts: dict[str, Any] = {}
     links = []

@@ -16,7 +16,7 @@ enum DedupVerdict {
     STALE           // older than the seq at its cell: drop
 }
 
-// Dedup cell = (job_index & 15) << 12 | (worker_id & 63) << 6 | (seq & 63), < DEDUP_SIZE.
+// Dedup cell = (job_index & 15) << 14 | (worker_id & 255) << 6 | (seq & 63), < DEDUP_SIZE.
 reg_index_t dedup_cell(in job_index_t job_index, in worker_id_t worker_id,
                        in seq_t seq) {
     return ((((reg_index_t)job_index) & DEDUP_JOB_MASK) << DEDUP_JOB_SHIFT) |

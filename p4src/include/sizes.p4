@@ -26,18 +26,18 @@ const bit<16> ENTRY_LEN = 12;
 const bit<32> NUM_SLOTS = 16384;
 // Entries per hot-key table instance: every slot can hold a distinct hot key.
 const bit<32> HOT_KEYS_SIZE = 16384;
-// Jobs and workers per job: job_index (4 bits) and worker_id (6 bits) index dedup state.
+// Jobs and workers per job: job_index (4 bits) and worker_id (8 bits) index dedup state.
 const bit<32> MAX_JOBS = 16;
-const bit<16> MAX_WORKERS = 64;
+const bit<16> MAX_WORKERS = 256;
 // Push packets a worker may have in flight; seq mod DEDUP_WINDOW picks its dedup cell.
 @noWarn("unused") const bit<32> DEDUP_WINDOW = 64;  // documents DEDUP_SEQ_MASK below
 // = MAX_JOBS * MAX_WORKERS * DEDUP_WINDOW.
-const bit<32> DEDUP_SIZE = 65536;
+const bit<32> DEDUP_SIZE = 262144;
 
 const bit<32> IPV4_LPM_SIZE = 1024;
 // Tenancy (tenancy.p4): one (ingress port, source address) per worker of every job
 // (= MAX_JOBS * MAX_WORKERS), and up to 4 PS hosts (shards) per job.
-const bit<32> WORKER_ADMISSION_SIZE = 1024;
+const bit<32> WORKER_ADMISSION_SIZE = 4096;
 const bit<32> PS_ADMISSION_SIZE = 64;
 const bit<32> STATS_SIZE = 32;       // stats reasons 0..31
 // drop_sim rate unit: rate = probability * DROP_SCALE; r is drawn from [0, DROP_SCALE - 1].
@@ -70,10 +70,10 @@ const bit<32> SKETCH_DIGEST_RECEIVER = 1;
 const bit<8>  SLOT_BITS = 14;        // log2(NUM_SLOTS)
 const bit<32> SLOT_MASK = 0x3fff;    // NUM_SLOTS - 1
 const bit<32> AGG_SIZE = 32768;      // 2 * NUM_SLOTS
-// Dedup cell = (job_index & 15) << 12 | (worker_id & 63) << 6 | (seq & 63) < DEDUP_SIZE.
+// Dedup cell = (job_index & 15) << 14 | (worker_id & 255) << 6 | (seq & 63) < DEDUP_SIZE.
 const bit<32> DEDUP_JOB_MASK = 15;   // MAX_JOBS - 1
-const bit<8>  DEDUP_JOB_SHIFT = 12;  // log2(MAX_WORKERS * DEDUP_WINDOW)
-const bit<32> DEDUP_WORKER_MASK = 63;   // MAX_WORKERS - 1
+const bit<8>  DEDUP_JOB_SHIFT = 14;  // log2(MAX_WORKERS * DEDUP_WINDOW)
+const bit<32> DEDUP_WORKER_MASK = 255;  // MAX_WORKERS - 1
 const bit<8>  DEDUP_WORKER_SHIFT = 6;   // log2(DEDUP_WINDOW)
 const bit<32> DEDUP_SEQ_MASK = 63;   // DEDUP_WINDOW - 1
 

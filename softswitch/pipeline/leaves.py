@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from contract.constants import (
+    DEDUP_JOB_MASK,
     ENTRY_LEN,
     FLAG_FROM_SWITCH,
     FLUSH_BATCH_BITS,
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 
 FLUSH = Stat.FLUSH.value
 PUSH = Op.PUSH.value
-JOB_MASK = 15  # DEDUP_JOB_MASK: the job index bits that index per-job state
+JOB_MASK = DEDUP_JOB_MASK  # the job index bits that index per-job state
 PORT_BYTES = U16.pack(HOTAGG_PORT)
 
 

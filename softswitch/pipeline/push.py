@@ -6,7 +6,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from contract.constants import (
-    DEDUP_WINDOW,
+    DEDUP_JOB_SHIFT,
+    DEDUP_SEQ_MASK,
+    DEDUP_WORKER_MASK,
+    DEDUP_WORKER_SHIFT,
     ENTRY_LEN,
     FLAG_FROM_SWITCH,
     INT32_MAX,
@@ -57,9 +60,7 @@ SLOT_FLUSHED = Stat.SLOT_FLUSHED.value
 PUSH_SWITCH_ACK = Stat.PUSH_SWITCH_ACK.value
 FLUSH_ABSORBED = Stat.FLUSH_ABSORBED.value
 PUSH_ACK = Op.PUSH_ACK.value
-WINDOW_MASK = DEDUP_WINDOW - 1
 MASK_BITS = tuple(bin(m).count("1") for m in range(256))
-WORKER_MASK = MAX_WORKERS - 1
 FULL = tuple((1 << c) - 1 for c in range(MAX_ENTRIES + 1))
 BITS = tuple(1 << i for i in range(MAX_ENTRIES))
 
@@ -170,7 +171,11 @@ def push(
         return []
     sp[PUSH] += 1
     sb[PUSH] += nbytes
-    d = ((job[0] & 15) << 12) | ((worker & WORKER_MASK) << 6) | (seq & WINDOW_MASK)
+    d = (
+        ((job[0] & JOB_MASK) << DEDUP_JOB_SHIFT)
+        | ((worker & DEDUP_WORKER_MASK) << DEDUP_WORKER_SHIFT)
+        | (seq & DEDUP_SEQ_MASK)
+    )
     last = p.dedup_seq[d]
     fresh = False
     if last == seq:
