@@ -92,10 +92,10 @@ class P4RuntimeSwitch(Switch):
             if result.returncode != 0:
                 log.warning("%s: ethtool -K %s: %s", self.name, ifname, result.stderr.strip())
 
-    def start(self, controllers: Sequence[Any] = ()) -> None:
-        """Launch the switch process on our interfaces; wait for it unless batched."""
-        self._prepare_intfs()
-        self.process = SwitchProcess(
+    def _new_process(self, cls: type[SwitchProcess] = SwitchProcess, **extra: Any) -> SwitchProcess:
+        """The process start() launches: a SwitchProcess of this node's settings (a node on
+        another server passes its own class and server, topologies/remote.py)."""
+        return cls(
             name=self.name,
             ports=self.p4_ports(),
             target=self.kind,
@@ -105,7 +105,13 @@ class P4RuntimeSwitch(Switch):
             log_dir=self.log_dir,
             seed=self.seed,
             run_id=self.run_id,
+            **extra,
         )
+
+    def start(self, controllers: Sequence[Any] = ()) -> None:
+        """Launch the switch process on our interfaces; wait for it unless batched."""
+        self._prepare_intfs()
+        self.process = self._new_process()
         self.grpc_port = self.process.grpc_port  # a free port was chosen if it was 0
         self.process.launch()
         if not self.batch:

@@ -127,17 +127,29 @@ class SwitchProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise SwitchStartError(
-                    f"{self.name} ({self.target}) exited with code {self.proc.returncode}:\n"
-                    + log_tail(self.log_path)
+                    f"{self.describe()} exited with code {self.proc.returncode}:\n"
+                    + self.log_tail()
                 )
-            if self.kind.ready(self.proc.pid, self.grpc_port):
+            if self.ready():
                 return self
             time.sleep(0.05)
         self.stop()
         raise SwitchStartError(
-            f"{self.name} ({self.target}) did not open {self.grpc_addr} within {timeout:.0f} s:\n"
-            + log_tail(self.log_path)
+            f"{self.describe()} did not open {self.grpc_addr} within {timeout:.0f} s:\n"
+            + self.log_tail()
         )
+
+    def ready(self) -> bool:
+        """Whether the launched switch answers, as its target tells."""
+        assert self.proc is not None
+        return self.kind.ready(self.proc.pid, self.grpc_port)
+
+    def log_tail(self, lines: int = 20) -> str:
+        return log_tail(self.log_path, lines)
+
+    def describe(self) -> str:
+        """How errors name it: 's1 (bmv2)'."""
+        return f"{self.name} ({self.target})"
 
     def stop(self, timeout: float = 5.0) -> None:
         if self.proc is None or self.proc.poll() is not None:

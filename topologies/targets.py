@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, TypeVar
@@ -69,6 +69,9 @@ class LaunchSpec:
     device_id: int
     cpu_port: int
     seed: int | None  # of a drop simulator that takes one (None: the target's default)
+    # Picks a free TCP port where the switch runs, for a port beside P4Runtime's (None: on
+    # this machine; a switch on another server asks there, topologies/remote.py).
+    free_port: Callable[[], int] | None = None
 
     def interfaces(self) -> list[str]:
         """`port@ifname` of every port, in port order (both targets' -i syntax)."""
@@ -215,7 +218,7 @@ class Bmv2Target(Target):
         for intf in spec.interfaces():
             argv += ["-i", intf]
         # Thrift (if compiled in) listens on all addresses; give it a free port at least.
-        argv += ["--thrift-port", str(free_tcp_port())]
+        argv += ["--thrift-port", str((spec.free_port or free_tcp_port)())]
         argv += ["--", "--grpc-server-addr", spec.grpc_addr, "--cpu-port", str(spec.cpu_port)]
         return argv
 
