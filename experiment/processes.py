@@ -44,7 +44,9 @@ class Watched:
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        """Its pid; on its server for a process started on another one (topologies/remote.py's
+        RemoteProcess: the process group hotagg started there)."""
+        return getattr(self.proc, "remote_pid", None) or self.proc.pid
 
     def failed(self) -> int | None:
         """Its return code if it has exited in a way that ends the run, else None."""
@@ -61,10 +63,18 @@ class ProcessDied(ExperimentError):
 
     def __init__(self, when: str, watched: Watched, returncode: int) -> None:
         self.label, self.pid, self.returncode = watched.label, watched.pid, returncode
-        self.what = f"{when}: {watched.label} (pid {watched.pid}) {exit_description(returncode)}"
-        tail = log_tail(watched.log, DIED_LOG_LINES)
+        # A process on another server (a RemoteProcess) is named with it, and a log it keeps
+        # there (a switch's) is read there.
+        server = getattr(watched.proc, "server", None)
+        where = f" on {server}" if server is not None else ""
+        self.what = (
+            f"{when}: {watched.label} (pid {watched.pid}) {exit_description(returncode)}{where}"
+        )
+        remote_log = getattr(watched.proc, "remote_log", None)
+        log = remote_log or watched.log
+        tail = remote_log.tail(DIED_LOG_LINES) if remote_log else log_tail(log, DIED_LOG_LINES)
         lines = "\n".join(f"  | {line}" for line in tail.splitlines())
-        super().__init__(f"{self.what}; the run stopped. Last lines of {watched.log}:\n{lines}")
+        super().__init__(f"{self.what}; the run stopped. Last lines of {log}:\n{lines}")
 
 
 def raise_first_death(when: str, watched: Sequence[Watched]) -> None:

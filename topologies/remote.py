@@ -1,4 +1,4 @@
-"""Hosts on another server, and the processes hotagg starts in them.
+"""Hosts and switches on another server, and the processes hotagg starts there.
 
 `RemoteHotaggHost` is Mininet Cluster Edition's RemoteMixin on hotagg's HotaggHost: its node
 shell runs on its `server` over ssh (through the server's master connection,
@@ -14,23 +14,50 @@ host's does, with what plain RemoteMixin loses (issue #32's spike):
   running), through its process group on the server.
 stdin and stdout flow through the ssh unchanged, so the agents' line protocol
 (experiment/processes.py: 'ready', 'go', 'progress') works as on a local host.
+
+`RemoteP4RuntimeSwitch` is the same for hotagg's P4RuntimeSwitch, either target: its ports
+are prepared through its node shell there, and its process (`RemoteSwitchProcess`) runs in
+the server's root namespace through the same wrapper, with the programs by absolute path,
+P4Runtime on the server's address and its log kept there (`RemoteLog` reads its tail).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import IO, Any
 
-from topologies.cluster import CHECK_TIMEOUT, Server, ensure_control_dir, load_cluster, ssh_options
-from topologies.nodes import HotaggHost
+from topologies.cluster import (
+    CHECK_TIMEOUT,
+    Server,
+    ensure_control_dir,
+    load_cluster,
+    ssh_command,
+    ssh_options,
+)
+from topologies.nodes import OFFLOADS, HotaggHost, P4RuntimeSwitch
+from topologies.switches import (
+    CHECKOUT_ENV,
+    REPO_ROOT,
+    RUN_ENV,
+    SwitchProcess,
+    SwitchStartError,
+)
+from topologies.targets import LaunchSpec, port_open
+
+log = logging.getLogger(__name__)
 
 _cluster = load_cluster()
 RemoteMixin: Any = _cluster.RemoteMixin  # a class of a module loaded by path: untyped
@@ -91,6 +118,7 @@ class RemoteProcess(subprocess.Popen):
         self.server = server
         self.remote_pid: int | None = None
         self.remote_status: int | None = None  # the hotagg-exit line's code
+        self.remote_log: RemoteLog | None = None  # the log it writes there (a switch's)
         self.ssh_returncode: int | None = None
         self._pid_seen = threading.Event()
         self._settled = False
@@ -278,3 +306,180 @@ class RemoteHotaggHost(RemoteMixin, HotaggHost):
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(RELAY_WAIT)
         super().terminate()
+
+
+# --- switches on another server -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RemoteLog:
+    """A log file on a server, read there over ssh."""
+
+    server: Server
+    path: Path
+
+    def __str__(self) -> str:
+        return f"{self.server.dest}:{self.path}"
+
+    def tail(self, lines: int = 20) -> str:
+        """Its last lines, as topologies.switches.log_tail reads a local log."""
+        tail = shlex.join(["tail", "-n", str(lines), str(self.path)])
+        try:
+            result = subprocess.run(
+                [*ssh_command(self.server), tail],
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=CHECK_TIMEOUT,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            return f"(no log: {self.server} did not answer within {CHECK_TIMEOUT:.0f} s)"
+        if result.returncode != 0:
+            return f"(no log: {result.stderr.strip() or f'ssh exited with {result.returncode}'})"
+        return result.stdout.rstrip("\n") or "(empty log)"
+
+
+def free_port_on(server: Server) -> int:
+    """A TCP port free on every address of `server`, as its kernel picks one there."""
+    code = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
+    try:
+        result = subprocess.run(
+            [*ssh_command(server), shlex.join([sys.executable, "-c", code])],
+            capture_output=True,
+            text=True,
+            timeout=CHECK_TIMEOUT,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        raise SwitchStartError(f"{server} did not answer within {CHECK_TIMEOUT:.0f} s") from None
+    if result.returncode != 0 or not result.stdout.strip().isdigit():
+        why = result.stderr.strip() or result.stdout.strip() or f"exit {result.returncode}"
+        raise SwitchStartError(f"no free TCP port found on {server}: {why}")
+    return int(result.stdout)
+
+
+def absolute_program(argv: list[str]) -> list[str]:
+    """argv with its program by the path it has here: a remote command gets sshd's PATH, and
+    a server has the programs at the coordinator's paths (make cluster-check)."""
+    found = shutil.which(argv[0])
+    return [str(Path(found).absolute()) if found else argv[0], *argv[1:]]
+
+
+@dataclass
+class RemoteSwitchProcess(SwitchProcess):
+    """A switch process on `server`, in its root namespace (as a local switch is here),
+    started over ssh through remote_script's wrapper, so its pid and exit status come back
+    (`proc` is a RemoteProcess). P4Runtime listens on the server's address; the ports are
+    chosen on the server; the log stays there, under a directory named after the server in
+    `log_dir` (a test's servers share one filesystem: a log read here by mistake would pass
+    unseen otherwise), and `proc.remote_log` reads its tail over ssh."""
+
+    server: Server = field(default_factory=lambda: Server("localhost"))
+
+    def __post_init__(self) -> None:
+        if self.server.is_local:
+            raise ValueError(f"{self.name}: a RemoteSwitchProcess needs another server")
+        if not self.grpc_port:
+            self.grpc_port = free_port_on(self.server)
+        super().__post_init__()
+
+    @property
+    def grpc_addr(self) -> str:
+        return f"{self.server.host}:{self.grpc_port}"
+
+    @property
+    def log_path(self) -> Path:
+        """The log's path on its server."""
+        return self.kind.log_path(Path(self.log_dir).absolute() / self.server.host, self.name)
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.target}) on {self.server}"
+
+    def spec(self) -> LaunchSpec:
+        return replace(super().spec(), free_port=lambda: free_port_on(self.server))
+
+    def argv(self) -> list[str]:
+        return absolute_program(super().argv())
+
+    def launch(self) -> RemoteSwitchProcess:
+        """Start the switch on its server without waiting. Its output goes to its log there,
+        with env's (a checkout missing there) and that of a switch that does not start."""
+        if why := self.kind.missing():
+            raise SwitchStartError(why)
+        env = {
+            "PYTHONPATH": str(REPO_ROOT),
+            # The marks by which `make stop` on that server finds it (cleanup()).
+            RUN_ENV: self.run_id or f"pid{os.getpid()}",
+            CHECKOUT_ENV: str(REPO_ROOT),
+        }
+        log = self.log_path
+        into_log = ["sh", "-c", 'mkdir -p "${0%/*}" && exec "$@" >"$0" 2>&1', str(log)]
+        in_checkout = ["env", "-C", str(REPO_ROOT), *(f"{k}={v}" for k, v in env.items())]
+        script = remote_script([*into_log, *in_checkout, *self.argv()], None, {}, merge=False)
+        ssh = [*ssh_command(self.server), shlex.join(["sudo", "-E", "sh", "-c", script])]
+        # Its own session, as a local switch's process is not in the coordinator's ^C. The
+        # wrapper's stderr has only its marks and sh's "Killed" to say (a failed mkdir shows
+        # as the log's absence).
+        proc = RemoteProcess(
+            ssh,
+            self.server,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        proc.remote_log = RemoteLog(self.server, log)
+        self.proc = proc
+        return self
+
+    def ready(self) -> bool:
+        """Its P4Runtime port answers from here, where the controller runs."""
+        return port_open(self.server.host, self.grpc_port)
+
+    def log_tail(self, lines: int = 20) -> str:
+        return RemoteLog(self.server, self.log_path).tail(lines)
+
+
+class RemoteP4RuntimeSwitch(RemoteMixin, P4RuntimeSwitch):
+    """hotagg's P4Runtime switch on `server` (localhost: a plain local P4RuntimeSwitch),
+    reached as `user`: its interfaces are prepared through its node shell there and its
+    process is a RemoteSwitchProcess. P4Runtime is not authenticated and listens on the
+    server's address: the servers' network must be a lab network (docs/cluster.md)."""
+
+    sshbase = RemoteHotaggHost.sshbase
+
+    def __init__(
+        self, name: str, server: str = "localhost", user: str = "root", **params: Any
+    ) -> None:
+        ensure_control_dir()
+        super().__init__(name, server=server, user=user, **params)
+
+    @property
+    def grpc_addr(self) -> str:
+        if not self.isRemote:
+            return str(super().grpc_addr)
+        return self.process.grpc_addr if self.process else f"{self.serverIP}:{self.grpc_port}"
+
+    def _prepare_intfs(self) -> None:
+        if not self.isRemote:
+            super()._prepare_intfs()
+            return
+        features = " ".join(f"{f} off" for f in OFFLOADS)
+        for ifname in self.p4_ports().values():
+            name = shlex.quote(ifname)
+            # As P4RuntimeSwitch does here: no IPv6, no offloads; ethtool's error if it fails.
+            out = self.cmd(
+                f"sysctl -qw net.ipv6.conf.{name}.disable_ipv6=1 >/dev/null 2>&1; "
+                f'err=$(ethtool -K {name} {features} 2>&1 >/dev/null) || echo "$err"'
+            ).strip()
+            if out:
+                log.warning("%s: ethtool -K %s on %s: %s", self.name, ifname, self.server, out)
+
+    def _new_process(self, cls: type[SwitchProcess] = SwitchProcess, **extra: Any) -> SwitchProcess:
+        if not self.isRemote:
+            return super()._new_process(cls, **extra)
+        return super()._new_process(
+            RemoteSwitchProcess, server=Server(self.serverIP, self.user), **extra
+        )
