@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,24 @@ def server_missing() -> str | None:
     if not SSH_CLIENT_SNIPPETS.is_dir():
         return f"{SSH_CLIENT_SNIPPETS} is missing (openssh-client's system configuration)"
     return None
+
+
+def netns_server_for(workdir: Path) -> Iterator[NetnsServer]:
+    """A started NetnsServer in `workdir`, stopped afterwards, for a test module's fixture
+    (`yield from`); skips the module with the reason where it cannot be built."""
+    import pytest
+
+    from topologies.cluster import DEBIAN_CLUSTER
+
+    if why := server_missing():
+        pytest.skip(why)
+    if not DEBIAN_CLUSTER.exists():
+        pytest.skip(f"{DEBIAN_CLUSTER} is missing (Debian package mininet)")
+    server = NetnsServer(workdir)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
 
 
 def _run(*argv: str) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from experiment.processes import ProcessDied, Watched, follow, raise_first_death, start_together
-from tests.cluster_server import NetnsServer, server_missing
+from tests.cluster_server import NetnsServer, netns_server_for
 from topologies import cluster
 from topologies.cluster import ClusterError, Server, check_server, parse_servers
 
@@ -134,15 +134,7 @@ def test_the_wrapper_reports_a_killed_process_and_a_lost_connection(tmp_path: Pa
 
 @pytest.fixture(scope="module")
 def netns_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsServer]:
-    if why := server_missing():
-        pytest.skip(why)
-    if not cluster.DEBIAN_CLUSTER.exists():
-        pytest.skip(f"{cluster.DEBIAN_CLUSTER} is missing (Debian package mininet)")
-    server = NetnsServer(tmp_path_factory.mktemp("netns-server"))
-    try:
-        yield server.start()
-    finally:
-        server.stop()
+    yield from netns_server_for(tmp_path_factory.mktemp("netns-server"))
 
 
 @pytest.fixture(scope="module")
