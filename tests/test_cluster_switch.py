@@ -142,7 +142,6 @@ def ping_kill_and_watch(
         with pytest.raises(ProcessDied) as died:
             raise_first_death("measure phase", [watched])
         message = str(died.value)
-        print(message)
         first = (
             rf"measure phase: {target.name} switch s1 \(pid {proc.remote_pid}\) was killed by "
             rf"SIGKILL on root@{re.escape(address)}; the run stopped\. Last lines of "
