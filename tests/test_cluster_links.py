@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster_server import NetnsServer, server_missing
+from tests.cluster_server import NetnsServer, netns_server_for
 from topologies import cluster
 from topologies.cluster import Server
 
@@ -33,15 +33,7 @@ SHAPED_MBPS = 2.0  # the switch-to-switch link's rate; the host links run at 10 
 @pytest.fixture(scope="module")
 def netns_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsServer]:
     """tests/test_cluster.py's second server, one for this module."""
-    if why := server_missing():
-        pytest.skip(why)
-    if not cluster.DEBIAN_CLUSTER.exists():
-        pytest.skip(f"{cluster.DEBIAN_CLUSTER} is missing (Debian package mininet)")
-    server = NetnsServer(tmp_path_factory.mktemp("links-server"))
-    try:
-        yield server.start()
-    finally:
-        server.stop()
+    yield from netns_server_for(tmp_path_factory.mktemp("links-server"))
 
 
 def remote_switch_class() -> type:
