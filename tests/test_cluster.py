@@ -154,9 +154,7 @@ def test_preflight_passes_on_the_netns_server(netns_server: NetnsServer) -> None
     assert report.ok, "\n".join(report.lines())
     names = [c.name for c in report.checks]
     assert names == ["ssh", "ssh multiplexing", "sudo", "mnexec", "checkout and venv",
-                     "cross-server links", "bmv2"]  # fmt: skip
-    links = next(c for c in report.checks if c.name == "cross-server links")
-    assert "ssh tunnel: ok" in links.detail
+                     "vxlan", "tc u32", "tc mirred", "bmv2"]  # fmt: skip
     # The master connection is there for the later steps' logins.
     check = ["ssh", *cluster.ssh_options(), "-O", "check", f"root@{netns_server.address}"]
     assert subprocess.run(check, capture_output=True, check=False).returncode == 0
@@ -169,10 +167,12 @@ def test_preflight_names_each_missing_piece(netns_server: NetnsServer, tmp_path:
     assert "does not accept this machine's key" in wrong_key.checks[0].detail
 
     no_sudo = check_server(Server(netns_server.no_sudo_address))
-    assert [c.name for c in no_sudo.failures()] == ["sudo"], "\n".join(no_sudo.lines())
-    assert "sudo is not on root's PATH" in no_sudo.failures()[0].detail
-    links = next(c for c in no_sudo.checks if c.name == "cross-server links")
-    assert "ssh tunnel: Tunnel forwarding failed" in links.detail  # PermitTunnel no there
+    # Its sessions' PATH has ip but neither sudo nor tc: each missing piece is a line.
+    failures = no_sudo.failures()
+    assert [c.name for c in failures] == ["sudo", "tc u32", "tc mirred"], "\n".join(no_sudo.lines())
+    assert "sudo is not on root's PATH" in failures[0].detail
+    for piece in failures[1:]:
+        assert "tc: not found" in piece.detail and "cross-server links need" in piece.detail
 
     nowhere = tmp_path / "no-checkout"
     moved = check_server(Server(netns_server.address), checkout=nowhere)

@@ -9,7 +9,8 @@ The PyPI mininet in the venv ships a cluster.py older than upstream's Python 3 f
 A servers list is `[user@]host,...`; the first server is the coordinator (this machine,
 `localhost`, added when not named). Every other server must let the coordinator ssh in as
 `user` (root by default) by key, have sudo, mnexec and this checkout with its venv at the
-same path, and accept SSH tunnels (`PermitTunnel`) or have the kernel's vxlan. All ssh
+same path, and the kernel's vxlan and tc's u32 and mirred (the links between servers,
+topologies/remote_links.py). All ssh
 connections to a server share one multiplexed login (a ControlMaster at SSH_CONTROL_DIR).
 
 CLI: `python -m topologies.cluster check [--target bmv2] SERVER...` (`make cluster-check`).
@@ -21,7 +22,6 @@ import argparse
 import importlib.util
 import os
 import re
-import select
 import shlex
 import shutil
 import socket
@@ -47,7 +47,6 @@ DEFAULT_USER = "root"
 SSH_CONTROL_DIR = Path("/tmp/hotagg-ssh")
 CONTROL_PERSIST = 60
 CONNECT_TIMEOUT = 5  # seconds for an ssh login
-TUNNEL_OPEN = "hotagg-tunnel-open"
 CHECK_TIMEOUT = 30.0  # seconds for one check's command (the import check starts Python)
 # What the venv python must import on every server: the packages agents and switches run.
 HOTAGG_MODULES = ("contract", "controller", "experiment.agents", "softswitch", "topologies")
@@ -334,60 +333,60 @@ def _checkout(shell: _Shell, checkout: Path, python: Path) -> Check:
     return Check(name, True, f"{checkout}, {python} imports hotagg")
 
 
-def _vxlan(shell: _Shell) -> str | None:
-    """None if a vxlan device can be made on the server, else why not."""
-    name = f"hagvx{os.getpid() % 100000}"
-    sudo = "" if shell.server.user == DEFAULT_USER else "sudo -n "
-    result = shell.run(
-        f"{sudo}ip link add {name} type vxlan id 4242 dstport 4789 && {sudo}ip link del {name}"
-    )
-    return None if result.returncode == 0 else _last_line(result.stderr) or "failed"
+# What VXLANLink (topologies/remote_links.py) needs of a server's kernel, tried on throwaway
+# devices in its root namespace: the vxlan device of every cross-server link, and the tc u32
+# match-all filter and mirred redirect that join a host end's veth to it. One line per piece:
+# (check name, how to get it).
+LINK_PIECES = (
+    ("vxlan", "the kernel's vxlan device (CONFIG_VXLAN): modprobe vxlan"),
+    ("tc u32", "tc's u32 classifier (CONFIG_NET_CLS_U32): modprobe cls_u32; apt-get install "
+     "iproute2"),
+    ("tc mirred", "tc's mirred action (CONFIG_NET_ACT_MIRRED): modprobe act_mirred"),
+)  # fmt: skip
 
 
-def _ssh_tunnel(server: Server) -> str | None:
-    """None if the server's sshd opens an ethernet tunnel (PermitTunnel), else why not. Its
-    own connection (not the master's): ssh asks for the tunnel before the session, so the
-    session's line only arrives once the tunnel is open (a refusal ends ssh first, with
-    ExitOnForwardFailure). The ssh is then ended; both tap devices vanish with it."""
-    proc = subprocess.Popen(
-        ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}",
-         "-o", "ControlPath=none", "-o", "LogLevel=ERROR", "-o", "ExitOnForwardFailure=yes",
-         "-o", "Tunnel=ethernet", "-w", "any:any", server.dest, "echo", TUNNEL_OPEN],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    try:
-        ready, _, _ = select.select([proc.stdout], [], [], CHECK_TIMEOUT)
-        line = proc.stdout.readline() if ready else ""
-    finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=CHECK_TIMEOUT)
-    if line.strip() == TUNNEL_OPEN:
-        return None
-    return _last_line(err) or f"no answer within {CHECK_TIMEOUT:.0f} s"
+def _link_script(tag: str) -> str:
+    """Try each piece of LINK_PIECES; print `<piece>: ok` or `<piece>: <error>` per piece.
+    Plain sh only (a server's PATH may be bare): ${err##*"$nl"} is an error's last line."""
+    vx, a, b = f"{tag}x", f"{tag}a", f"{tag}b"
+    match_all = "protocol all prio {} u32 match u32 0 0"
+
+    def tried(piece: str, command: str) -> str:
+        return f'err=$({command} 2>&1) && echo "{piece}: ok" || echo "{piece}: ${{err##*"$nl"}}"'
+
+    return "\n".join([
+        "nl='\n'",
+        tried("vxlan", f"ip link add {vx} type vxlan id 4242 dstport 4789"),
+        f"ip link del {vx} 2>/dev/null",
+        f"ip link add {a} type veth peer name {b} || {{ echo 'tc u32: no veth to try it on'; "
+        "echo 'tc mirred: no veth to try it on'; exit 0; }",
+        f"trap 'ip link del {a} 2>/dev/null' EXIT",
+        f"tc qdisc add dev {a} ingress 2>/dev/null",
+        tried("tc u32", f"tc filter add dev {a} parent ffff: {match_all.format(1)} flowid ffff:1"),
+        tried("tc mirred", f"tc filter add dev {a} parent ffff: {match_all.format(2)} "
+              f"action mirred egress redirect dev {b}"),
+    ])  # fmt: skip
 
 
-def _links(shell: _Shell) -> Check:
-    """How links between servers can be made: an SSH tunnel (Mininet's RemoteSSHLink) or a
-    kernel vxlan device; one is enough."""
-    name = "cross-server links"
-    vxlan = _vxlan(shell)
-    if shell.server.is_local:
-        tun = None if Path("/dev/net/tun").exists() else "no /dev/net/tun (modprobe tun)"
-        if tun is None or vxlan is None:
-            ways = (("tap devices", tun), ("vxlan", vxlan))
-            return Check(name, True, "; ".join(f"{w}: {why or 'ok'}" for w, why in ways))
-        return Check(name, False, f"neither tap devices ({tun}) nor vxlan ({vxlan}) here")
-    tunnel = _ssh_tunnel(shell.server)
-    ways = (("ssh tunnel", tunnel), ("vxlan", vxlan))
-    if tunnel is None or vxlan is None:
-        return Check(name, True, "; ".join(f"{w}: {why or 'ok'}" for w, why in ways))
-    return Check(
-        name,
-        False,
-        f"sshd on {shell.server.host} refuses tunnels ({tunnel}): set `PermitTunnel ethernet` "
-        f"in its sshd_config and restart sshd; and no vxlan there ({vxlan})",
-    )
+def _links(shell: _Shell) -> list[Check]:
+    """What links between servers need there (LINK_PIECES), a check per piece."""
+    tag = f"hagk{os.getpid() % 10000}"
+    script = _link_script(tag)
+    if shell.server.user != DEFAULT_USER:
+        script = f"sudo -n sh -c {shlex.quote(script)}"
+    result = shell.run(script)
+    found = dict(line.split(": ", 1) for line in result.stdout.splitlines() if ": " in line)
+    checks = []
+    for name, how in LINK_PIECES:
+        got = found.get(name)
+        if got == "ok":
+            checks.append(Check(name, True, "works (for cross-server links)"))
+            continue
+        why = got or _last_line(result.stderr) or f"not tried (exit {result.returncode})"
+        checks.append(
+            Check(name, False, f"{why} on {shell.server.host}; cross-server links need {how}")
+        )
+    return checks
 
 
 def bmv2_path(binary: str | None = None) -> Path | None:
@@ -435,7 +434,7 @@ def check_server(
     report.checks.append(_sudo(shell))
     report.checks.append(_mnexec(shell))
     report.checks.append(_checkout(shell, checkout, python))
-    report.checks.append(_links(shell))
+    report.checks.extend(_links(shell))
     if target == "bmv2":
         report.checks.append(_bmv2(shell, bmv2_path(bmv2_binary)))
     if server.is_local:
@@ -470,7 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser(
         "check",
-        help="check each server: ssh, sudo, mnexec, checkout, links, BMv2",
+        help="check each server: ssh, sudo, mnexec, checkout, vxlan and tc, BMv2",
         description="Check each server, one line per check; exit 1 if any fails.",
         formatter_class=DefaultsHelpFormatter,
     )
