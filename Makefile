@@ -76,8 +76,10 @@ SHARDS ?=
 LEAVES ?=
 HOSTS_PER_LEAF ?=
 PYTEST_ARGS ?=
-# make cluster-check's servers: SERVERS=host1,root@host2 (docs/cluster.md).
+# The machines make run spreads the topology over, and make cluster-check checks:
+# SERVERS=host1,root@host2; PLACE=h3@host2,s2@host2 moves single nodes (docs/cluster.md).
 SERVERS ?=
+PLACE ?=
 # make test's pytest processes (pytest-xdist), each given whole test files so that a module's
 # switches start once; 1: the suite in one process (for --pdb). The end-to-end tests wait on
 # their emulated links much of the time, so two share a 2-core machine well.
@@ -121,6 +123,8 @@ help:
 	@echo "  SYNC=$(SYNC) (bsp, ssp:S: up to S iterations ahead of the slowest, async: no barrier)"
 	@echo "  GRPC_PORT=$(GRPC_PORT) (empty: free ports)  PREFIX=$(PREFIX) (empty: an unused interface prefix)"
 	@echo "  SWITCH_RESTARTS=$(SWITCH_RESTARTS) (restarts of a dead switch)  KEEP=$(KEEP) (1: keep the network up)"
+	@echo "  SERVERS=$(SERVERS) (spread the run over [user@]host,...; this machine is the coordinator)"
+	@echo "    PLACE=$(PLACE) (node@server,...: move single nodes; default one rack per server; docs/cluster.md)"
 	@echo "make sweep: the grid's lists WORKERS=4,8,16 SKEW=1.1,1.3 HOT_SLOTS=256 LOSS=0 BW=2 SEEDS=1,2"
 	@echo "  SHARDS=1 (its defaults); LEAVES=2,4 HOSTS_PER_LEAF=2,4: leafspine:L:H points (every worker"
 	@echo "  host, no WORKERS), AGGREGATE=ps-leaf,leaves (leaves: with LEAVES only), JOBS=1,2 (J jobs"
@@ -128,10 +132,9 @@ help:
 	@echo "  their values hold commas: COMPUTE=none (e.g. '0;20ms;normal:60ms,10ms'), STRAGGLERS=none"
 	@echo "  (e.g. 'none;1:3'; a point without compute runs without); for every run"
 	@echo "  ITERATIONS=30, TARGET, KEYS, WORKLOAD, TRACE, WORKLOAD_ARGS, HOTSET, HOTSET_SOURCE, DRIFT, SPLIT,"
-	@echo "  REAL_BW, SWITCH_RESTARTS, GRPC_PORT, PREFIX, BMV2_BINARY; it refuses SEED (use SEEDS), TOPO, PS"
-	@echo "  and KEEP (make run's)"
+	@echo "  REAL_BW, SWITCH_RESTARTS, GRPC_PORT, PREFIX, BMV2_BINARY; it refuses SEED (use SEEDS), TOPO, PS,"
+	@echo "  KEEP, SERVERS and PLACE (make run's)"
 	@echo "Other variables: RUN=<id> (make stop, make conservation)  PYTEST_ARGS=$(PYTEST_ARGS) (make test)  VENV=$(VENV)"
-	@echo "  SERVERS=$(SERVERS) (make cluster-check: [user@]host,...; this machine is the coordinator)"
 	@echo "  TEST_WORKERS=$(TEST_WORKERS) (make test's pytest processes; 1: one)"
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
@@ -191,6 +194,7 @@ run: $(STAMP)
 	    $(if $(WORKLOAD_ARGS),--workload-args='$(WORKLOAD_ARGS)') \
 	    $(if $(GRPC_PORT),--grpc-base-port '$(GRPC_PORT)') $(if $(PREFIX),--intf-prefix '$(PREFIX)') \
 	    $(if $(SWITCH_RESTARTS),--switch-restarts '$(SWITCH_RESTARTS)') \
+	    $(if $(SERVERS),--servers '$(SERVERS)') $(if $(PLACE),--place '$(PLACE)') \
 	    $(if $(filter-out 0 no false,$(KEEP)),--keep); \
 	rc=$$?; [ $$rc -eq 0 ] || echo "make run: the experiment exited with code $$rc" >&2; exit $$rc
 
@@ -206,8 +210,10 @@ refused.SEED = use SEEDS=1,2,... (a list: one run per seed)
 refused.TOPO = each point runs on a generated star:N (star:N:S with SHARDS, leafspine:L:H with LEAVES and HOSTS_PER_LEAF); use make run for a topology file
 refused.PS = the generated stars have their PS; use make run TOPO=<file> PS=<host>
 refused.KEEP = the points run one after another; use make run KEEP=1 to keep one network up
+refused.SERVERS = a sweep runs on this machine; use make run SERVERS=... for a run over several
+refused.PLACE = $(refused.SERVERS)
 # (KEEP=0, as make run reads it, asks for what a sweep does anyway)
-SWEEP_REFUSED = $(strip $(foreach var,SEED TOPO PS,$(if $(call given,$(var)),$(var))) \
+SWEEP_REFUSED = $(strip $(foreach var,SEED TOPO PS SERVERS PLACE,$(if $(call given,$(var)),$(var))) \
     $(if $(call given,KEEP),$(if $(filter-out 0 no false,$(KEEP)),KEEP)))
 ifneq ($(filter sweep,$(MAKECMDGOALS)),)
 ifneq ($(SWEEP_REFUSED),)

@@ -93,6 +93,10 @@ class RunConfig:
     grpc_base_port: int = 0  # P4Runtime port of the first switch; 0: free ports
     intf_prefix: str = ""  # keeps switch interface names of concurrent runs apart; "": own
     keep: bool = False  # leave the network up after the run, until Ctrl-C
+    # SERVERS=: the machines the run is spread over ([user@]host,...; "": this one alone),
+    # and PLACE=: node@server overrides of the automatic placement (experiment/placement.py)
+    servers: str = ""
+    place: str = ""
     # A switch that dies during a phase is restarted and the phase run again, this many
     # times per run at most (0: the run ends, ProcessDied).
     switch_restarts: int = 0

@@ -49,6 +49,7 @@ from hosts.workloads import (
     workload_help,
     workload_names,
 )
+from topologies.cluster import ClusterError, Server, parse_servers
 from topologies.generate import MAX_PORTS
 from topologies.targets import TargetName, make_target, target_names
 from topologies.topology import Topology, TopologyFileError, load_topology
@@ -81,6 +82,8 @@ MAKE_NAMES = {
     "compute": "COMPUTE",
     "stragglers": "STRAGGLERS",
     "real_bw": "REAL_BW",
+    "servers": "SERVERS",
+    "place": "PLACE",
 }
 
 
@@ -473,6 +476,20 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--keep", action="store_true", help="keep the network up after the run, until Ctrl-C"
     )
     parser.add_argument(
+        "--servers",
+        default=d.servers,
+        metavar="HOST[,HOST]",
+        help="spread the topology over these machines ([user@]host, root by default; this one, "
+        "the coordinator, first); each is checked before anything is built (docs/cluster.md)",
+    )
+    parser.add_argument(
+        "--place",
+        default=d.place,
+        metavar="NODE@SERVER[,...]",
+        help="with --servers: put these nodes on these servers, e.g. h3@host2,s2@host2 (default: "
+        "one rack per server, the parameter server's on this machine)",
+    )
+    parser.add_argument(
         "--switch-restarts",
         type=count,
         default=d.switch_restarts,
@@ -529,6 +546,8 @@ def config_of(args: argparse.Namespace) -> RunConfig:
         compute=args.compute,
         stragglers=args.stragglers,
         real_bw=args.real_bw,
+        servers=args.servers,
+        place=args.place,
     )
 
 
@@ -603,7 +622,53 @@ def check(cfg: RunConfig) -> Topology:
     _check_ports(cfg, topology)
     if cfg.intf_prefix and (why := prefix_problem(topology, cfg.intf_prefix)):
         raise PreflightError(f"PREFIX={cfg.intf_prefix}: {why}")
+    placement(cfg, topology)
     return topology
+
+
+# What a run over several servers (SERVERS=) does not take yet: (refused?, the option, why).
+def _cluster_refusals(cfg: RunConfig) -> list[tuple[bool, str, str]]:
+    return [
+        (cfg.target not in CLUSTER_TARGETS, f"TARGET={cfg.target}",
+         f"runs over servers with TARGET={' or '.join(CLUSTER_TARGETS)}"),
+        (cfg.jobs > 1, f"JOBS={cfg.jobs}", "one job per run over servers for now"),
+        (cfg.switch_restarts > 0, f"SWITCH_RESTARTS={cfg.switch_restarts}",
+         "a switch on another server is not restarted yet (its log is there)"),
+    ]  # fmt: skip
+
+
+CLUSTER_TARGETS = (TargetName.EMBEDDED, TargetName.BMV2)
+
+
+def placement(cfg: RunConfig, topology: Topology) -> dict[str, Server]:
+    """SERVERS= and PLACE=: node -> server (empty: this machine alone), from the lists alone
+    (the servers themselves are checked later: topologies/cluster.py preflight)."""
+    from experiment.placement import PlacementError, place
+
+    if not cfg.servers:
+        if cfg.place:
+            raise PreflightError(f"PLACE={cfg.place} puts nodes on SERVERS=: give SERVERS= too")
+        return {}
+    try:
+        servers = parse_servers(cfg.servers)
+    except ClusterError as e:
+        raise PreflightError(f"SERVERS={cfg.servers}: {e}") from None
+    for refused, option, why in _cluster_refusals(cfg):
+        if refused:
+            raise PreflightError(f"SERVERS={cfg.servers}: {option} is not taken: {why}")
+    try:
+        where = place(topology, servers, cfg.place)
+    except PlacementError as e:
+        raise PreflightError(str(e)) from None
+    # The controller, the online loop and the fidelity verdict read the PS and its link here.
+    for ps in topology.parameter_servers:
+        for node in (ps.name, topology.attachment(ps.name)[0]):
+            if not where[node].is_local:
+                raise PreflightError(
+                    f"PLACE={cfg.place}: {node} (the parameter server {ps.name} or its switch) "
+                    "stays on this machine, the coordinator"
+                )
+    return where
 
 
 def _option_name(dest: str) -> str:

@@ -5,6 +5,7 @@ every process is watched, and their results read back.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
@@ -14,7 +15,14 @@ from typing import Any, Protocol
 
 from experiment.agents import PhasePlan, ps_argv, ps_files, worker_argv, worker_files
 from experiment.config import ExperimentError
-from experiment.processes import Watched, follow, start_together, stop_all, wait_all
+from experiment.processes import (
+    Watched,
+    follow,
+    settle_then_check,
+    start_together,
+    stop_all,
+    wait_all,
+)
 from experiment.results import PhaseResult
 from experiment.testbed import JobHosts, Testbed
 from hosts.stats import write_hot_keys
@@ -58,6 +66,7 @@ def run_agents(
     [first] = plans[:1]
     loop = None
     steps: list[Any] = []
+    finished = False
     try:
         workers: list[tuple[str, subprocess.Popen, Path]] = []
         for job, plan in plans:
@@ -83,6 +92,7 @@ def run_agents(
                 watched.append(Watched(f"{what} on {host.name}", proc, err, may_finish=True))
                 line = proc.stdout.readline() if proc.stdout else ""
                 if "listening" not in line:
+                    settle_then_check(proc, check, f"{plan.name}: starting the PS")
                     raise ExperimentError(
                         f"PS on {host.name} did not start: {line.strip()} {err.read_text().strip()}"
                     )
@@ -96,6 +106,7 @@ def run_agents(
                 what = label(f"worker {w}", job)
                 watched.append(Watched(f"{what} on {host.name}", proc, err, may_finish=True))
         name, iterations = first[1].name, max(plan.iterations for _, plan in plans)
+        bed.record_remote_agents()
         start_together(name, workers, check)
         start = time.perf_counter()
         monitor = bed.monitor(procs).start()
@@ -115,10 +126,18 @@ def run_agents(
             steps = loop.stop()
         seconds = time.perf_counter() - start
         wait_all(name, procs, bed.cfg.phase_timeout, check)
+        finished = True
     finally:
         if loop is not None:
             loop.stop(check=False)  # a failed phase: stop it, the phase's error says why
         stop_all(procs)
+        # The files of agents on other servers come back, a failed phase's too; a failed
+        # copy then must not hide why the phase failed.
+        if finished:
+            bed.collect()
+        else:
+            with contextlib.suppress(ExperimentError):
+                bed.collect()
     switch_stats = bed.switch_stats()
     return [
         PhaseResult(

@@ -5,6 +5,7 @@ and the workers' start together and progress.
 
 from __future__ import annotations
 
+import contextlib
 import selectors
 import signal
 import subprocess
@@ -89,6 +90,15 @@ def raise_first_death(when: str, watched: Sequence[Watched]) -> None:
 Check = Callable[[str], None]
 
 
+def settle_then_check(proc: subprocess.Popen, check: Check, when: str) -> None:
+    """An agent's output ended early: give its exit a moment to arrive (a process killed on
+    another server ends its ssh a little later), so that a death is reported as one
+    (ProcessDied, exit code 4) rather than as an agent that did not start."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(WATCH_INTERVAL)
+    check(when)
+
+
 def _err_tail(err: Path, lines: int = 5) -> str:
     return " | ".join(err.read_text().strip().splitlines()[-lines:])
 
@@ -113,6 +123,7 @@ def start_together(
         sel.close()
         line = proc.stdout.readline() if ready else ""
         if line.strip() != "ready":
+            settle_then_check(proc, check, f"{phase}: starting the workers")
             raise ExperimentError(
                 f"{label} did not start ({line.strip() or 'no output'}): {_err_tail(err)}"
             )

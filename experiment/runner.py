@@ -17,12 +17,14 @@ from typing import Any
 
 from experiment.agents import PhasePlan
 from experiment.config import PreflightError, RunConfig, say
-from experiment.options import check
+from experiment.options import check, placement
 from experiment.phases import StartOnline, hot_keys_file, run_agents
 from experiment.processes import ProcessDied
 from experiment.results import PhaseResult
 from experiment.testbed import Testbed
 from hosts.agent import INITIAL_RTO
+from topologies.cluster import ClusterError, parse_servers
+from topologies.cluster import preflight as cluster_preflight
 from topologies.network import missing_prerequisites
 from topologies.targets import make_target
 
@@ -35,7 +37,18 @@ def preflight(cfg: RunConfig) -> Testbed:
         raise PreflightError("make run needs root (Mininet namespaces): sudo make run")
     if why := missing_prerequisites():
         raise PreflightError(why)
-    return Testbed(cfg, topology, make_target(cfg.target))
+    where = placement(cfg, topology)
+    if where:
+        servers = parse_servers(cfg.servers)
+        say(f"checking the servers: {', '.join(map(str, servers))} ...")
+        try:
+            cluster_preflight(servers, cfg.target)
+        except ClusterError as e:
+            raise PreflightError(f"SERVERS={cfg.servers}: {e}") from None
+        for server in servers:
+            nodes = [name for name, s in where.items() if s == server]
+            say(f"on {server}: {' '.join(nodes) or 'nothing'}")
+    return Testbed(cfg, topology, make_target(cfg.target), where)
 
 
 class Experiment:

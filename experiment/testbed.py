@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,10 +33,14 @@ from controller.tenancy import Tenancy, admissions_from_topology, leaf_admission
 from experiment.config import JOB_ID, Aggregate, ExperimentError, RunConfig, job_configs, say
 from experiment.fidelity import LinkProbe, PhaseMonitor
 from experiment.processes import Watched, raise_first_death
+from experiment.staging import STAGING_ROOT, Staging
+from topologies.cluster import Server
 from topologies.network import Network, start_network
 from topologies.switches import REPO_ROOT
 from topologies.targets import Target
 from topologies.topology import Host, Topology
+
+REMOTE_PID_WAIT = 10.0  # seconds for the agents of a phase to report their pids on a server
 
 
 @dataclass(frozen=True)
@@ -68,8 +73,19 @@ def place_jobs(cfg: RunConfig, topology: Topology) -> list[JobHosts]:
 class Testbed:
     """The switches and hosts of a run, once start() has brought them up."""
 
-    def __init__(self, cfg: RunConfig, topology: Topology, target: Target) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        topology: Topology,
+        target: Target,
+        placement: Mapping[str, Server] | None = None,
+    ) -> None:
         self.cfg, self.topology, self.target = cfg, topology, target
+        # node -> server when the run is spread over several (experiment/placement.py)
+        self.placement = dict(placement or {})
+        self.staging: Staging | None = None  # the run's files on the other servers
+        # agents started on other servers whose pids there are not in the state file yet
+        self.unrecorded: list[tuple[str, Server, subprocess.Popen]] = []
         self.net: Network | None = None
         self.clients: dict[str, SwitchClient] = {}
         self.p4info = P4Info.from_file(P4INFO_PATH)
@@ -115,6 +131,8 @@ class Testbed:
     def start(self, run_id: str, log_dir: Path) -> None:
         """The network up, then a P4Runtime session to every switch."""
         self.device_config = self.target.device_config()
+        if any(not s.is_local for s in self.placement.values()):
+            self.staging = Staging(self.cfg.runs_dir / run_id, run_id)
         say(f"starting {self.cfg.topo.name} with {self.target.name} switches ...")
         try:
             self.net = start_network(
@@ -125,6 +143,9 @@ class Testbed:
                 intf_prefix=self.cfg.intf_prefix or None,  # None: an unused one
                 log_dir=log_dir,
                 seed=self.cfg.seed,
+                placement=self.placement,
+                # a remote switch's log: <server's staging directory>/<switch>.log there
+                remote_log_dir=STAGING_ROOT / run_id,
             )
         except Exception as e:
             hint = ""
@@ -260,8 +281,13 @@ class Testbed:
     def spawn(
         self, host: str, argv: list[str], err: Path, stdin: int | None = None
     ) -> subprocess.Popen:
-        """Start `argv` inside Mininet host `host`; stdout is piped, stderr goes to `err`."""
+        """Start `argv` inside Mininet host `host`; stdout is piped, stderr goes to `err`.
+        On another server, its files are that server's staged copies (experiment/staging.py;
+        collect() brings them back) and its stderr still comes to `err`."""
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"}
+        server = self.network.server_of(host)
+        if server is not None and self.staging is not None:
+            argv = self.staging.push(server, argv)
         with open(err, "w") as err_file:  # the child keeps its own descriptor
             proc: subprocess.Popen = self.network.host(host).popen(
                 argv,
@@ -272,12 +298,42 @@ class Testbed:
                 stderr=err_file,
                 text=True,
             )
-            return proc
+        if server is not None:
+            self.unrecorded.append((host, server, proc))
+        return proc
+
+    def record_remote_agents(self) -> None:
+        """Write the pids on their servers of the agents spawned there since the last call
+        into the run's state file (clean-up there finds them by it). Each pid is the first
+        line its wrapper prints: waited for here, once every agent of a phase has started."""
+        if not self.unrecorded:
+            return
+        deadline = time.monotonic() + REMOTE_PID_WAIT
+        for host, server, proc in self.unrecorded:
+            while getattr(proc, "remote_pid", None) is None and proc.poll() is None:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+            self.network.record_remote_process(host, server, getattr(proc, "remote_pid", None))
+        self.unrecorded.clear()
+
+    def collect(self) -> None:
+        """Bring the files the agents on other servers wrote in this phase into the run's
+        folder (the summaries, parameters, logs and per-request records)."""
+        if self.staging is not None:
+            self.staging.collect()
 
     def monitor(self, procs: Sequence[tuple[str, subprocess.Popen]]) -> PhaseMonitor:
-        """A fidelity monitor over this phase's processes, the switches and every link."""
-        pids = {f"switch {name}": self.switch_pid(name) for name in self.topology.switches}
-        pids.update((label, proc.pid) for label, proc in procs)
+        """A fidelity monitor over this phase's processes, the switches and every link. A run
+        over several servers is judged on this machine's part only: the processes and links
+        of the other servers are not sampled here (their /proc and /sys are theirs)."""
+        here = self.network.server_of
+        pids = {
+            f"switch {name}": self.switch_pid(name)
+            for name in self.topology.switches
+            if here(name) is None
+        }
+        pids.update((label, proc.pid) for label, proc in procs if not hasattr(proc, "remote_pid"))
         ps_names = {h.name for h in self.topology.parameter_servers}
         links = []
         for link in self.topology.links:
@@ -287,6 +343,10 @@ class Testbed:
             else:
                 assert link.port1 is not None  # node1 of a switch-switch link is a switch
                 switch, port = link.node1, link.port1
+                if here(switch) is not None and here(link.node2) is None:
+                    switch, port = link.node2, link.port2  # its end on this machine
+            if here(switch) is not None:
+                continue
             links.append(
                 LinkProbe(
                     f"{link.node1}-{link.node2}",
@@ -320,5 +380,34 @@ class Testbed:
     def stop(self) -> None:
         self.close_clients()
         if self.net is not None:
-            self.net.stop()
-            self.net = None
+            logs = self.remote_switch_logs()
+            try:
+                self.net.stop()
+            finally:
+                self.net = None
+                self._bring_back(logs)
+
+    def remote_switch_logs(self) -> list[tuple[Server, Path, Path]]:
+        """(server, its log there, where it goes here) of every switch on another server."""
+        out = []
+        for name in self.topology.switches:
+            server = self.network.server_of(name)
+            process = self.network.switch(name).process
+            if server is not None and process is not None:
+                local = self.target.log_path(self.network.log_dir, name)
+                out.append((server, process.log_path, local))
+        return out
+
+    def _bring_back(self, logs: Sequence[tuple[Server, Path, Path]]) -> None:
+        """After the stop: the remote switches' logs into the run's switch-logs/, as a local
+        switch's, then the run's staging directories removed (best effort: the run's own
+        error, if any, is what the user must see)."""
+        if self.staging is None:
+            return
+        for server, remote, local in logs:
+            try:
+                self.staging.fetch(server, remote, local)
+            except ExperimentError as e:
+                say(f"warning: the log of a switch on {server} did not come back: {e}")
+        for failure in self.staging.remove():
+            say(f"warning: a staging directory was not removed: {failure}")

@@ -36,9 +36,10 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from topologies.nodes import HotaggHost, P4RuntimeSwitch
 from topologies.switches import CHECKOUT_ENV, REPO_ROOT, RUN_ENV, free_tcp_port
@@ -56,6 +57,8 @@ from topologies.topology import Topology, load_topology
 if TYPE_CHECKING:
     from mininet.net import Mininet
     from mininet.node import Host
+
+    from topologies.cluster import Server
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +113,21 @@ class Network:
     log_dir: Path
     unshaped: list[str] = field(default_factory=list)
     intf_prefix: str = ""
+    # node -> server, for a network spread over several (empty: all on this machine)
+    placement: dict[str, Server] = field(default_factory=dict)
     _stopped: bool = False
+
+    def server_of(self, name: str) -> Server | None:
+        """The server node `name` runs on, None for this machine."""
+        server = self.placement.get(name)
+        return None if server is None or server.is_local else server
+
+    def record_remote_process(self, label: str, server: Server, pid: int | None) -> None:
+        """Note a process started on another server (its pid there: the process group the
+        wrapper leads, topologies/remote.py) in the run's state file, for clean-up there."""
+        state = json.loads(self.state_path.read_text())
+        state.setdefault("remote_processes", {})[label] = {"server": server.dest, "pid": pid}
+        self.state_path.write_text(json.dumps(state, indent=1))
 
     @property
     def hosts(self) -> dict[str, Host]:
@@ -171,12 +188,20 @@ def start_network(
     state_dir: str | Path = DEFAULT_STATE_DIR,
     seed: int | None = None,
     start_timeout: float = 30.0,
+    placement: Mapping[str, Server] | None = None,
+    remote_log_dir: str | Path | None = None,
 ) -> Network:
     """Build and start the network; on any failure, tear down what was built and raise.
 
     `grpc_base_port=0` picks free ports; `intf_prefix` keeps the switch interface names of
     concurrent runs apart (names stay within 15 characters), None picks an unused one. Both
     are reserved in the run's state file before anything is built.
+
+    `placement` (node -> server, experiment/placement.py) spreads the network over several
+    servers: nodes on another server are Mininet Cluster Edition nodes
+    (topologies/remote.py), every link whose ends are on different servers a VXLAN tunnel
+    (topologies/remote_links.py). A switch there keeps its log under `remote_log_dir`/<server>
+    on its server (default: `log_dir`).
     """
     from mininet.net import Mininet  # imported late: it is big and tests without root skip
 
@@ -196,6 +221,7 @@ def start_network(
     intf_prefix, ports = _reserve(
         topo_obj, run_id, state_path, intf_prefix, grpc_base_port, dict(grpc_ports or {})
     )
+    spread = {n: s for n, s in (placement or {}).items() if not s.is_local}
     try:
         topo = HotaggTopo(
             topo_obj,
@@ -209,6 +235,8 @@ def start_network(
             netem=netem,
             switch_opts={"target": kind, "seed": seed, "start_timeout": start_timeout},
         )
+        if spread:
+            _spread(topo, spread, Path(remote_log_dir or log_dir))
         if topo.unshaped:
             log.warning(
                 "tc netem is not available on this kernel: delay/loss not applied on %d link(s) "
@@ -220,7 +248,15 @@ def start_network(
             topo=topo, controller=None, build=False, autoSetMacs=False, waitConnected=False
         )
         network = Network(
-            topo_obj, net, kind.name, run_id, state_path, log_dir, topo.unshaped, intf_prefix
+            topo_obj,
+            net,
+            kind.name,
+            run_id,
+            state_path,
+            log_dir,
+            topo.unshaped,
+            intf_prefix,
+            dict(placement or {}),
         )
     except BaseException:
         state_path.unlink(missing_ok=True)  # nothing was built: give the reservation back
@@ -238,6 +274,25 @@ def start_network(
         network.stop()
         raise
     return network
+
+
+def _spread(topo: HotaggTopo, spread: Mapping[str, Server], remote_log_dir: Path) -> None:
+    """Put the nodes of `spread` on their servers and make every link a VXLANLink (a veth
+    pair where both ends share a server), all of them in one VxlanPlan for the run. Only
+    those nodes get the cluster classes: this machine's keep the plain ones (RemoteMixin's
+    popen starts a process as a group leader, which mnexec -d then forks away from, so the
+    Popen would end at once while the process runs on)."""
+    from topologies.remote import RemoteHotaggHost, RemoteP4RuntimeSwitch
+    from topologies.remote_links import VxlanPlan, use_cross_server_links
+
+    for name, server in spread.items():
+        info: dict[str, Any] = topo.nodeInfo(name)
+        info.update(server=server.host, user=server.user)
+        if topo.isSwitch(name):
+            info.update(cls=RemoteP4RuntimeSwitch, log_dir=str(remote_log_dir))
+        else:
+            info["cls"] = RemoteHotaggHost
+    use_cross_server_links(topo, VxlanPlan())
 
 
 # --- what a run holds ---------------------------------------------------------------------
@@ -349,7 +404,12 @@ def _write_state(network: Network) -> None:
     state = json.loads(network.state_path.read_text())  # the reservation, by _reserve()
     own_netns = _netns(os.getpid())
     nodes = {}
+    # A node on another server has its pid and namespace there: recorded as that server's
+    # (its clean-up runs there), never as a process of this machine.
+    remote = {n.name for n in (*net.hosts, *net.switches) if getattr(n, "isRemote", False)}
     for node in (*net.hosts, *net.switches):
+        if node.name in remote:
+            continue
         record = _identity(node.pid)
         netns = _netns(node.pid)
         if netns is not None and netns != own_netns:  # switches share the root namespace
@@ -357,6 +417,8 @@ def _write_state(network: Network) -> None:
         nodes[node.name] = record
     interfaces = {}
     for sw in net.switches:
+        if sw.name in remote:
+            continue
         for intf in sw.intfList():
             index = _ifindex(intf.name)
             if intf.name != "lo" and index is not None:
@@ -364,9 +426,11 @@ def _write_state(network: Network) -> None:
     switches = {}
     for sw in net.switches:
         process = getattr(sw, "process", None)
-        if process is not None and process.proc is not None:
+        if process is not None and process.proc is not None and sw.name not in remote:
             switches[sw.name] = _identity(process.proc.pid)
     state.update(nodes=nodes, interfaces=interfaces, switch_processes=switches)
+    if remote:
+        state["remote_nodes"] = {name: network.placement[name].dest for name in sorted(remote)}
     network.state_path.write_text(json.dumps(state, indent=1))
 
 

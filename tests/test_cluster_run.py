@@ -1,0 +1,150 @@
+"""`python -m experiment run --servers ...` end to end (issue #32 step 5), against the second
+"server" of tests/cluster_server.py (an sshd in a network namespace, sharing this machine's
+filesystem): a leafspine:2:2 with the rack of the PS here and the other rack (its leaf and
+two workers) on the server, joined over VXLAN, on both targets. The run is exact, the remote
+workers' files come back into the run's folder (they wrote them in the server's own staging
+directory), and a remote worker SIGKILLed on the server ends the run with exit code 4. The
+tests skip with the reason without root, openssh-server, sudo or (BMv2) simple_switch_grpc.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from experiment.schema import load_summary
+from experiment.staging import STAGING_ROOT
+from tests.cluster_server import NetnsServer, netns_server_for
+from tests.test_e2e import SMALL, missing_prerequisites
+from topologies.cluster import Server, ssh_command
+from topologies.network import DEFAULT_STATE_DIR
+from topologies.switches import REPO_ROOT, bmv2_missing
+
+pytestmark = pytest.mark.root
+
+REMOTE_WORKERS = ("w1", "w2")  # leafspine:2:2: h3 and h4 on s2, the server's rack
+PHASES = ("warmup", "server", "offload")
+
+
+@pytest.fixture(scope="module")
+def netns_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsServer]:
+    if why := missing_prerequisites():
+        pytest.skip(why)
+    yield from netns_server_for(tmp_path_factory.mktemp("run-server"))
+
+
+def run_argv(server: NetnsServer, runs: Path, tag: str, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "experiment", "run", *SMALL, "--topo", "leafspine:2:2",
+        "--runs-dir", str(runs), "--grpc-base-port", "0", "--intf-prefix", tag,
+        "--servers", server.address, *extra,
+    ]  # fmt: skip
+
+
+def server_devices(server: NetnsServer) -> list[str]:
+    """The server's interfaces in its root namespace but its own veth and lo."""
+    out = subprocess.run(["ip", "-n", server.netns, "-br", "link"], capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    return [line.split()[0] for line in out.splitlines()
+            if not line.startswith(("lo", f"{server.tag}s"))]  # fmt: skip
+
+
+def processes_of(run_id: str) -> list[str]:
+    """Command lines of live processes that name the run (its staging directory or marks)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if run_id in cmdline and "pytest" not in cmdline:
+                found.append(f"{entry.name}: {cmdline[:200]}")
+    return found
+
+
+@pytest.mark.parametrize("target", ["embedded", "bmv2"])
+def test_a_run_over_two_servers_is_exact_and_its_files_come_back(
+    netns_server: NetnsServer, tmp_path: Path, target: str
+) -> None:
+    if target == "bmv2" and (why := bmv2_missing()):
+        pytest.skip(why)
+    runs = tmp_path / "runs"
+    tag = f"r{target[0]}{os.getpid() % 1000}"
+    before = server_devices(netns_server)
+    proc = subprocess.run(
+        run_argv(netns_server, runs, tag, "--target", target),
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    output = proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, output
+    assert f"on root@{netns_server.address}: s2 h3 h4" in proc.stdout, output
+    run_dir = (runs / "latest").resolve()
+    summary = load_summary(run_dir / "summary.json")
+    assert summary["exact"], summary["params_sha256"]
+    for phase in PHASES:
+        for worker in REMOTE_WORKERS:
+            # written on the server, under its staging directory, and brought back (its
+            # stderr came through the ssh: empty when all went well)
+            for name in (f"{worker}.csv", f"{worker}.json", f"{worker}.pushes.npz"):
+                assert (run_dir / phase / name).stat().st_size > 0, f"{phase}/{name}"
+            assert (run_dir / phase / f"{worker}.err").exists()
+            assert json.loads((run_dir / phase / f"{worker}.json").read_text())["iterations"]
+        assert (run_dir / phase / "params0.npy").exists()
+    switch_log = run_dir / "switch-logs" / "s2.log"  # the remote switch's, fetched
+    assert switch_log.stat().st_size > 0
+    # Nothing of the run is left: the staging directory, processes, the server's devices.
+    assert not (STAGING_ROOT / run_dir.name).exists()
+    assert processes_of(run_dir.name) == []
+    assert server_devices(netns_server) == before
+
+
+def remote_worker_pid(run_id_dir: Path, address: str, deadline: float) -> tuple[str, int]:
+    """(run id, pid on the server) of the first remote worker the run's state file records."""
+    while time.monotonic() < deadline:
+        for path in sorted(run_id_dir.glob("*.json")):
+            try:
+                state = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            for record in (state.get("remote_processes") or {}).values():
+                if record.get("server") == f"root@{address}" and record.get("pid"):
+                    return state["run_id"], int(record["pid"])
+        time.sleep(0.1)
+    raise AssertionError("no remote worker recorded in the run's state file")
+
+
+def test_a_remote_worker_killed_on_its_server_ends_the_run_with_code_4(
+    netns_server: NetnsServer, tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs"
+    # A long warm-up: the worker is killed in it, started and waiting for 'go' or under way.
+    argv = run_argv(netns_server, runs, f"rk{os.getpid() % 1000}", "--warmup", "300")
+    run = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        run_id, pid = remote_worker_pid(DEFAULT_STATE_DIR, netns_server.address,
+                                        time.monotonic() + 120)  # fmt: skip
+        time.sleep(0.5)  # most likely into its iterations (a kill before 'ready' ends so too)
+        # The recorded pid leads the agent's process group there: kill the agent, its child.
+        kill = shlex.join(["pkill", "-KILL", "-P", str(pid)])
+        ssh = subprocess.run([*ssh_command(Server(netns_server.address)), kill],
+                             capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert ssh.returncode == 0, ssh.stderr
+        output, _ = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 4, output[-3000:]
+    assert "was killed by SIGKILL" in output and f"on root@{netns_server.address}" in output
+    assert not (STAGING_ROOT / run_id).exists()
+    assert processes_of(run_id) == []
