@@ -3,7 +3,8 @@
 filesystem): a leafspine:2:2 with the rack of the PS here and the other rack (its leaf and
 two workers) on the server, joined over VXLAN, on both targets. The run is exact, the remote
 workers' files come back into the run's folder (they wrote them in the server's own staging
-directory), and a remote worker SIGKILLed on the server ends the run with exit code 4. The
+directory), and a remote worker or switch SIGKILLed on the server ends the run with exit
+code 4, leaving nothing behind on either side. The
 tests skip with the reason without root, openssh-server, sudo or (BMv2) simple_switch_grpc.
 """
 
@@ -27,8 +28,6 @@ from tests.test_e2e import SMALL, missing_prerequisites
 from topologies.cluster import Server, ssh_command
 from topologies.network import DEFAULT_STATE_DIR
 from topologies.switches import REPO_ROOT, bmv2_missing
-
-pytestmark = pytest.mark.root
 
 REMOTE_WORKERS = ("w1", "w2")  # leafspine:2:2: h3 and h4 on s2, the server's rack
 PHASES = ("warmup", "server", "offload")
@@ -71,6 +70,60 @@ def processes_of(run_id: str) -> list[str]:
     return found
 
 
+def check_args(*argv: str) -> None:
+    """`python -m experiment run argv`'s options checked as make run checks them."""
+    from experiment.__main__ import build_parser
+    from experiment.options import check, config_of
+
+    check(config_of(build_parser().parse_args(["run", *argv])))
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (
+            ["--servers", "10.0.0.2", "--jobs", "2"],
+            "SERVERS=10.0.0.2: JOBS=2 is not taken: one job",
+        ),
+        (["--servers", "10.0.0.2", "--switch-restarts", "1"], "SWITCH_RESTARTS=1 is not taken"),
+        (["--place", "h3@10.0.0.2"], "PLACE=h3@10.0.0.2 puts nodes on SERVERS=: give SERVERS="),
+        (
+            ["--servers", "10.0.0.2,10.0.0.2"],
+            "SERVERS=10.0.0.2,10.0.0.2: server 10.0.0.2 is listed",
+        ),
+        (["--servers", "10.0.0.2", "--place", "h2@10.0.0.2"], "h2 (the parameter server h2"),
+        (["--servers", "10.0.0.2", "--place", "s1@10.0.0.2"], "s1 (the parameter server h2 or"),
+        (["--servers", "10.0.0.2", "--place", "h9@10.0.0.2"], "has no host or switch 'h9'"),
+    ],
+)
+def test_what_a_run_over_servers_cannot_take_is_refused_in_one_line(
+    argv: list[str], says: str
+) -> None:
+    from experiment.config import PreflightError
+
+    with pytest.raises(PreflightError) as e:
+        # JOBS=2 builds its own star
+        check_args(*([] if "--jobs" in argv else ["--topo", "leafspine:2:2"]), *argv)
+    assert says in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_an_agents_paths_in_the_run_folder_move_to_its_servers_staging_directory(
+    tmp_path: Path,
+) -> None:
+    from experiment.staging import Staging
+
+    run_dir = tmp_path / "runs" / "r1"
+    staging = Staging(run_dir, "r1")
+    server = Server("10.0.0.2")
+    argv = ["python", "-m", "hosts.worker", "--log", str(run_dir / "warmup" / "w1.csv"),
+            "--ps", "10.0.0.1:5000", "--trace", str(tmp_path / "t.csv")]  # fmt: skip
+    mapped, paths = staging.map_argv(server, argv)
+    assert mapped[4] == str(STAGING_ROOT / "r1" / "10.0.0.2" / "warmup" / "w1.csv")
+    assert mapped[:4] + mapped[5:] == argv[:4] + argv[5:]  # the rest as it was
+    assert paths == ["warmup/w1.csv"]
+
+
+@pytest.mark.root
 @pytest.mark.parametrize("target", ["embedded", "bmv2"])
 def test_a_run_over_two_servers_is_exact_and_its_files_come_back(
     netns_server: NetnsServer, tmp_path: Path, target: str
@@ -107,34 +160,45 @@ def test_a_run_over_two_servers_is_exact_and_its_files_come_back(
     assert server_devices(netns_server) == before
 
 
-def remote_worker_pid(run_id_dir: Path, address: str, deadline: float) -> tuple[str, int]:
-    """(run id, pid on the server) of the first remote worker the run's state file records."""
+def remote_pid(state_dir: Path, address: str, name: str, deadline: float) -> tuple[str, int]:
+    """(run id, pid on the server) of node `name`'s process (a switch) or of the agent on
+    host `name`, as the run's state file records it."""
     while time.monotonic() < deadline:
-        for path in sorted(run_id_dir.glob("*.json")):
+        for path in sorted(state_dir.glob("*.json")):
             try:
                 state = json.loads(path.read_text())
             except (OSError, json.JSONDecodeError):
                 continue
-            for record in (state.get("remote_processes") or {}).values():
-                if record.get("server") == f"root@{address}" and record.get("pid"):
-                    return state["run_id"], int(record["pid"])
+            record = (state.get("remote_processes") or {}).get(name) or {}
+            if record.get("server") == f"root@{address}" and record.get("pid"):
+                return state["run_id"], int(record["pid"])
         time.sleep(0.1)
-    raise AssertionError("no remote worker recorded in the run's state file")
+    raise AssertionError(f"no process of {name} recorded in the run's state file")
 
 
-def test_a_remote_worker_killed_on_its_server_ends_the_run_with_code_4(
-    netns_server: NetnsServer, tmp_path: Path
+@pytest.mark.root
+@pytest.mark.parametrize(
+    ("victim", "label"),
+    [("h3", "worker 1 on h3"), ("s2", "embedded switch s2")],
+    ids=["worker", "switch"],
+)
+def test_a_remote_process_killed_on_its_server_ends_the_run_with_code_4(
+    netns_server: NetnsServer, tmp_path: Path, victim: str, label: str
 ) -> None:
     runs = tmp_path / "runs"
     # A long warm-up: the worker is killed in it, started and waiting for 'go' or under way.
     argv = run_argv(netns_server, runs, f"rk{os.getpid() % 1000}", "--warmup", "300")
+    before = server_devices(netns_server)
     run = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
-        run_id, pid = remote_worker_pid(DEFAULT_STATE_DIR, netns_server.address,
-                                        time.monotonic() + 120)  # fmt: skip
+        run_id, pid = remote_pid(DEFAULT_STATE_DIR, netns_server.address, victim,
+                                 time.monotonic() + 120)  # fmt: skip
+        if victim.startswith("s"):  # the switch is up before any agent: wait for the phase
+            remote_pid(DEFAULT_STATE_DIR, netns_server.address, "h3", time.monotonic() + 120)
         time.sleep(0.5)  # most likely into its iterations (a kill before 'ready' ends so too)
-        # The recorded pid leads the agent's process group there: kill the agent, its child.
+        # The recorded pid is its wrapper's there, which leads its process group: kill the
+        # process, its child.
         kill = shlex.join(["pkill", "-KILL", "-P", str(pid)])
         ssh = subprocess.run([*ssh_command(Server(netns_server.address)), kill],
                              capture_output=True, text=True, timeout=30)  # fmt: skip
@@ -145,6 +209,8 @@ def test_a_remote_worker_killed_on_its_server_ends_the_run_with_code_4(
             run.kill()
             run.wait()
     assert run.returncode == 4, output[-3000:]
-    assert "was killed by SIGKILL" in output and f"on root@{netns_server.address}" in output
+    died = f"{label} (pid {pid}) was killed by SIGKILL on root@{netns_server.address}"
+    assert died in output, output[-3000:]
     assert not (STAGING_ROOT / run_id).exists()
     assert processes_of(run_id) == []
+    assert server_devices(netns_server) == before

@@ -49,7 +49,7 @@ def variables_used(text: str) -> set[str]:
 
 # make run's variables: the ones its recipe reads (BMV2_BINARY reaches it by the environment)
 RUN_VARIABLES = (variables_used(recipe("run")) - {"PY"}) | {"BMV2_BINARY"}
-SWEEP_REFUSES = {"SEED", "TOPO", "PS", "KEEP"}
+SWEEP_REFUSES = {"SEED", "TOPO", "PS", "KEEP", "SERVERS", "PLACE"}
 # A value each variable can take, and the argument the sweep must then pass on
 SWEEP_HONOURS = {
     "WORKERS": ("4,8", "--workers '4,8'"),

@@ -431,6 +431,14 @@ def _write_state(network: Network) -> None:
     state.update(nodes=nodes, interfaces=interfaces, switch_processes=switches)
     if remote:
         state["remote_nodes"] = {name: network.placement[name].dest for name in sorted(remote)}
+        # Their switch processes by their pid there (the wrapper's, topologies/remote.py).
+        for sw in net.switches:
+            process = getattr(sw, "process", None)
+            if sw.name in remote and process is not None and process.proc is not None:
+                state.setdefault("remote_processes", {})[sw.name] = {
+                    "server": network.placement[sw.name].dest,
+                    "pid": getattr(process.proc, "remote_pid", None),
+                }
     network.state_path.write_text(json.dumps(state, indent=1))
 
 
