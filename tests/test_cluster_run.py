@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -211,6 +212,37 @@ def test_a_remote_process_killed_on_its_server_ends_the_run_with_code_4(
     assert run.returncode == 4, output[-3000:]
     died = f"{label} (pid {pid}) was killed by SIGKILL on root@{netns_server.address}"
     assert died in output, output[-3000:]
+    assert not (STAGING_ROOT / run_id).exists()
+    assert processes_of(run_id) == []
+    assert server_devices(netns_server) == before
+
+
+@pytest.mark.root
+def test_an_interrupted_run_over_two_servers_cleans_up_both_and_keeps_the_phase_files(
+    netns_server: NetnsServer, tmp_path: Path
+) -> None:
+    """Ctrl-C (SIGINT) in a phase: exit code 130, the remote workers' files of the cut-short
+    phase back in the run's folder, nothing of the run left on either side."""
+    runs = tmp_path / "runs"
+    before = server_devices(netns_server)
+    argv = run_argv(netns_server, runs, f"ri{os.getpid() % 1000}", "--warmup", "300")
+    run = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        run_id, _ = remote_pid(DEFAULT_STATE_DIR, netns_server.address, "h3",
+                               time.monotonic() + 120)  # fmt: skip
+        time.sleep(1.5)  # into the warm-up's iterations
+        run.send_signal(signal.SIGINT)
+        output, _ = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 130, output[-3000:]
+    warmup = runs / run_id / "warmup"
+    for worker in REMOTE_WORKERS:
+        assert (warmup / f"{worker}.csv").stat().st_size > 0, output[-3000:]
+    assert (runs / run_id / "switch-logs" / "s2.log").exists()
     assert not (STAGING_ROOT / run_id).exists()
     assert processes_of(run_id) == []
     assert server_devices(netns_server) == before
