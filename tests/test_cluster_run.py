@@ -10,6 +10,7 @@ tests skip with the reason without root, openssh-server, sudo or (BMv2) simple_s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -156,9 +157,7 @@ def test_a_run_over_two_servers_is_exact_and_its_files_come_back(
     switch_log = run_dir / "switch-logs" / "s2.log"  # the remote switch's, fetched
     assert switch_log.stat().st_size > 0
     # Nothing of the run is left: the staging directory, processes, the server's devices.
-    assert not (STAGING_ROOT / run_dir.name).exists()
-    assert processes_of(run_dir.name) == []
-    assert server_devices(netns_server) == before
+    assert_nothing_left(netns_server, run_dir.name, before)
 
 
 def remote_pid(state_dir: Path, address: str, name: str, deadline: float) -> tuple[str, int]:
@@ -177,6 +176,25 @@ def remote_pid(state_dir: Path, address: str, name: str, deadline: float) -> tup
     raise AssertionError(f"no process of {name} recorded in the run's state file")
 
 
+@contextlib.contextmanager
+def running(argv: list[str]) -> Iterator[subprocess.Popen]:
+    """A run in the background (stdout and stderr together), killed if a check fails first."""
+    run = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        yield run
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def assert_nothing_left(netns_server: NetnsServer, run_id: str, devices: list[str]) -> None:
+    assert not (STAGING_ROOT / run_id).exists()
+    assert processes_of(run_id) == []
+    assert server_devices(netns_server) == devices
+
+
 @pytest.mark.root
 @pytest.mark.parametrize(
     ("victim", "label"),
@@ -190,9 +208,7 @@ def test_a_remote_process_killed_on_its_server_ends_the_run_with_code_4(
     # A long warm-up: the worker is killed in it, started and waiting for 'go' or under way.
     argv = run_argv(netns_server, runs, f"rk{os.getpid() % 1000}", "--warmup", "300")
     before = server_devices(netns_server)
-    run = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    try:
+    with running(argv) as run:
         run_id, pid = remote_pid(DEFAULT_STATE_DIR, netns_server.address, victim,
                                  time.monotonic() + 120)  # fmt: skip
         if victim.startswith("s"):  # the switch is up before any agent: wait for the phase
@@ -205,16 +221,10 @@ def test_a_remote_process_killed_on_its_server_ends_the_run_with_code_4(
                              capture_output=True, text=True, timeout=30)  # fmt: skip
         assert ssh.returncode == 0, ssh.stderr
         output, _ = run.communicate(timeout=120)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
     assert run.returncode == 4, output[-3000:]
     died = f"{label} (pid {pid}) was killed by SIGKILL on root@{netns_server.address}"
     assert died in output, output[-3000:]
-    assert not (STAGING_ROOT / run_id).exists()
-    assert processes_of(run_id) == []
-    assert server_devices(netns_server) == before
+    assert_nothing_left(netns_server, run_id, before)
 
 
 @pytest.mark.root
@@ -226,23 +236,15 @@ def test_an_interrupted_run_over_two_servers_cleans_up_both_and_keeps_the_phase_
     runs = tmp_path / "runs"
     before = server_devices(netns_server)
     argv = run_argv(netns_server, runs, f"ri{os.getpid() % 1000}", "--warmup", "300")
-    run = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    try:
+    with running(argv) as run:
         run_id, _ = remote_pid(DEFAULT_STATE_DIR, netns_server.address, "h3",
                                time.monotonic() + 120)  # fmt: skip
         time.sleep(1.5)  # into the warm-up's iterations
         run.send_signal(signal.SIGINT)
         output, _ = run.communicate(timeout=120)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
     assert run.returncode == 130, output[-3000:]
     warmup = runs / run_id / "warmup"
     for worker in REMOTE_WORKERS:
         assert (warmup / f"{worker}.csv").stat().st_size > 0, output[-3000:]
     assert (runs / run_id / "switch-logs" / "s2.log").exists()
-    assert not (STAGING_ROOT / run_id).exists()
-    assert processes_of(run_id) == []
-    assert server_devices(netns_server) == before
+    assert_nothing_left(netns_server, run_id, before)
