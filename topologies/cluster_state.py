@@ -17,9 +17,10 @@ them), which keep the remote processes alive. So the run records, as it goes:
 
 `cleanup_servers(run_id)` (called by `make stop` before the local clean-up) asks the run's
 own process to stop, then runs `python -m topologies.network cleanup --run-id RUN --server
-HOST` on each server over ssh (`cleanup_here` there), cleans the coordinator's own record,
-kills the recorded ssh clients and closes the servers' ssh master connections that no live
-run still uses. A server that cannot be reached is reported in one line and kept in
+HOST` on each server over a login of its own (`cleanup_here` there; a master connection
+hung on a dead network would hold it up), cleans the coordinator's own record, kills the
+recorded ssh clients and closes the servers' ssh master connections that no live run still
+uses. A server that cannot be reached is reported in one line and kept in
 `/tmp/hotagg-state/cluster-pending/<run>.json`, so that the next `make stop` tries it again.
 
 API for a run: `record_network(run_id, net)` once the Mininet network is up,
@@ -46,6 +47,7 @@ from typing import Any
 
 from topologies.cluster import (
     CHECK_TIMEOUT,
+    CONNECT_TIMEOUT,
     DEFAULT_USER,
     LOCALHOST,
     Server,
@@ -125,14 +127,21 @@ def record_here(
     return record
 
 
-def _run_on(server: Server, argv: list[str], **run: Any) -> subprocess.CompletedProcess:
-    """argv on the server (as root), over its shared ssh connection; locally for localhost."""
+def _run_on(
+    server: Server, argv: list[str], own_login: bool = False, **run: Any
+) -> subprocess.CompletedProcess:
+    """argv on the server (as root), over its shared ssh connection (own_login: a login of
+    its own, which a master hung on a dead connection cannot hold up); locally for
+    localhost."""
     if server.is_local:
         return subprocess.run(argv, capture_output=True, text=True, check=False, **run)
     line = shlex.join(argv if server.user == DEFAULT_USER else ["sudo", "-n", *argv])
-    return subprocess.run(
-        [*ssh_command(server), line], capture_output=True, text=True, check=False, **run
-    )
+    ssh = ssh_command(server)
+    if own_login:
+        ssh = ["ssh", "-o", "ControlMaster=no", "-o", "ControlPath=none", "-o", "BatchMode=yes",
+               "-o", f"ConnectTimeout={CONNECT_TIMEOUT}", "-o", "LogLevel=ERROR",
+               server.dest]  # fmt: skip
+    return subprocess.run([*ssh, line], capture_output=True, text=True, check=False, **run)
 
 
 def _hotagg(*args: str) -> list[str]:
@@ -412,7 +421,9 @@ def _clean_server(server: Server, run_id: str, state_dir: Path) -> tuple[list[st
     argv = _hotagg("topologies.network", "cleanup", "--run-id", run_id,
                    "--server", server.host, "--state-dir", str(state_dir))  # fmt: skip
     try:
-        result = _run_on(server, argv, timeout=CHECK_TIMEOUT, stdin=subprocess.DEVNULL)
+        result = _run_on(
+            server, argv, own_login=True, timeout=CHECK_TIMEOUT, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
         return [], f"no answer within {CHECK_TIMEOUT:.0f} s"
     if result.returncode != 0:
