@@ -28,7 +28,6 @@ import pytest
 from tests.cluster_server import NetnsServer, netns_server_for
 from topologies.switches import REPO_ROOT
 
-pytestmark = pytest.mark.root
 PY = sys.executable  # the venv's python: at the same path on the netns server
 READY = "coordinator-ready"
 
@@ -91,7 +90,6 @@ def coordinator(address: str, tag: str, run_id: str, log_dir: str) -> None:
         "ssh": [agent.pid, switch.pid, net.get(there).shell.pid, net.get("s1").shell.pid],
         "marks": [f"hx{plan.tag}", f"hw{plan.tag}", tag],
         "marker": marker,
-        "namespaces": [netns(net.get(there).pid), netns(net.get(here).pid)],
     }
     print(json.dumps(made), flush=True)
     print(READY, flush=True)
@@ -123,6 +121,10 @@ def interrupted_run(address: str, tag: str, run_id: str, log_dir: Path) -> dict[
         f"ssh {p}": alive(p) for p in made["ssh"][:2]
     }
     assert all(left.values()), left
+    # The server's host's namespace, held open so that its inode is not reused (by another
+    # run's namespace) before the check.
+    made["netns_fd"] = os.open(f"/proc/{made['agent']}/ns/net", os.O_RDONLY)
+    made["namespaces"] = [os.fstat(made["netns_fd"]).st_ino]
     return made
 
 
@@ -132,13 +134,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rpartition(b")")[2].split()[:1] != b"Z".split()
-
-
-def netns(pid: int) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}/ns/net").st_ino
-    except OSError:
-        return None
 
 
 def processes_with(text: str) -> list[int]:
@@ -196,6 +191,7 @@ def server_part_left(made: dict[str, Any], server: NetnsServer, run_id: str) -> 
     return left + ours(devices(server.netns), made["marks"])
 
 
+@pytest.mark.root
 def test_make_stop_after_a_killed_coordinator_cleans_both_sides(
     netns_server: NetnsServer, tmp_path: Path
 ) -> None:
@@ -207,6 +203,7 @@ def test_make_stop_after_a_killed_coordinator_cleans_both_sides(
         stopped_cleanly(made, netns_server, run_id, started)
     finally:
         make_stop(run_id)  # whatever an assertion above left
+        os.close(made["netns_fd"])
 
 
 def stopped_cleanly(made: dict[str, Any], netns_server: NetnsServer, run_id: str,
@@ -229,6 +226,7 @@ def stopped_cleanly(made: dict[str, Any], netns_server: NetnsServer, run_id: str
     assert f"nothing of run {run_id} to stop" in again.stdout, again.stdout
 
 
+@pytest.mark.root
 def test_an_unreachable_server_is_named_and_this_side_still_cleaned(
     netns_server: NetnsServer, tmp_path: Path
 ) -> None:
@@ -239,6 +237,7 @@ def test_an_unreachable_server_is_named_and_this_side_still_cleaned(
         unreachable_then_back(made, netns_server, run_id)
     finally:
         make_stop(run_id)  # whatever an assertion above left
+        os.close(made["netns_fd"])
 
 
 def unreachable_then_back(made: dict[str, Any], netns_server: NetnsServer, run_id: str) -> None:
@@ -263,3 +262,56 @@ def unreachable_then_back(made: dict[str, Any], netns_server: NetnsServer, run_i
     assert later.returncode == 0, later.stdout + later.stderr
     assert server_part_left(made, netns_server, run_id) == []
     assert local_part_left(made) == []
+
+
+# --- without ssh or root ------------------------------------------------------------------
+
+
+def test_a_run_without_servers_is_left_to_the_local_cleanup(tmp_path: Path) -> None:
+    from topologies.cluster_state import cleanup_servers
+
+    state = {"run_id": "plain", "checkout": str(REPO_ROOT), "owner": {"pid": os.getpid()}}
+    (tmp_path / "plain.json").write_text(json.dumps(state))
+    report = cleanup_servers("plain", state_dir=tmp_path, owner_timeout=0.1)
+    assert report.lines == [] and report.ok
+    assert json.loads((tmp_path / "plain.json").read_text()) == state
+
+
+def test_a_record_ends_its_process_groups_and_goes(tmp_path: Path) -> None:
+    """The server's side, run here on its own processes: a recorded process group (a shell
+    and its child) ends; a later record of the same pid number would not match its start."""
+    from topologies.cluster_state import cleanup_here, record_here, server_dir
+
+    group = subprocess.Popen(["sh", "-c", "sleep 300 & wait"], start_new_session=True)
+    try:
+        time.sleep(0.2)  # the child is started
+        children = [int(p) for p in subprocess.run(["pgrep", "-P", str(group.pid)],
+                    capture_output=True, text=True, check=False).stdout.split()]  # fmt: skip
+        assert children
+        record = record_here("r1", "h1", {"process_groups": {"agent": group.pid}}, tmp_path)
+        assert record.process_groups["agent"]["start"] is not None
+        done = cleanup_here("r1", "h1", tmp_path)
+        assert done == [f"h1: ended process groups [{group.pid}] of run r1"]
+        assert group.wait(5) is not None and not any(alive(p) for p in children)
+        assert not server_dir("h1", tmp_path).exists()
+        assert cleanup_here("r1", "h1", tmp_path) == []  # nothing the second time
+    finally:
+        group.kill()
+
+
+def test_an_unreachable_server_is_kept_for_the_next_stop(tmp_path: Path) -> None:
+    from topologies.cluster_state import PENDING_DIR, cleanup_servers
+
+    dead = {"pid": 999999999, "start": 1}  # no such process: the run's owner is gone
+    state = {"run_id": "r2", "checkout": "/x", "owner": dead, "servers": ["root@nosuch.invalid"]}
+    (tmp_path / "r2.json").write_text(json.dumps(state))
+    report = cleanup_servers("r2", state_dir=tmp_path)
+    assert report.unreachable == ["root@nosuch.invalid"]
+    assert [line for line in report.lines if "nosuch" in line] == [
+        next(line for line in report.lines if line.startswith("root@nosuch.invalid: unreachable: "))
+    ]
+    pending = tmp_path / PENDING_DIR / "r2.json"
+    assert json.loads(pending.read_text())["servers"] == ["root@nosuch.invalid"]
+    (tmp_path / "r2.json").unlink()  # the local clean-up deletes the state file
+    again = cleanup_servers(checkout="/x", state_dir=tmp_path)  # tried again from pending
+    assert again.unreachable == ["root@nosuch.invalid"] and pending.exists()

@@ -485,6 +485,9 @@ def cleanup_servers(
                         os.killpg(pid, signal.SIGKILL)
                     else:
                         os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 2.0  # a signalled process is not gone at once
+            while time.monotonic() < deadline and any(_alive(p) for p in live):
+                time.sleep(0.02)
             report.lines.append(f"killed ssh clients {live} of run {run}")
         pending = _pending_path(run, state_dir)
         if unreached:
