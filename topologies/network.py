@@ -554,8 +554,13 @@ def cleanup(
         and (home is None or state.get("checkout") == home)
     ]
     done = _stop_owners([state for _, state in chosen], owner_timeout)
-    # By mark: those of no state file too (a run killed before it wrote one).
+    # By mark: those of no state file too (a run killed before it wrote one). A run with
+    # servers: only this machine's (its root namespace's); each server ends its own
+    # (topologies/cluster_state.py), and a test's "servers" share this PID namespace.
     pids = set(switch_processes(run_id, home))
+    if any(state.get("servers") for _, state in chosen):
+        here = _netns(os.getpid())
+        pids = {pid for pid in pids if _netns(pid) == here}
     for _, state in chosen:
         records = (state.get("switch_processes") or {}).values()
         pids.update(r["pid"] for r in records if isinstance(r, dict) and _is(r))
@@ -600,7 +605,9 @@ def cleanup(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m topologies.network cleanup [--run-id ID] [--mininet]` (for `make stop`)."""
+    """`python -m topologies.network cleanup [--run-id ID] [--mininet]` (for `make stop`);
+    with `--server HOST`, on a cluster server: what that server's records of the run say
+    (topologies/cluster_state.py), run there by the coordinator's `make stop`."""
     parser = argparse.ArgumentParser(prog="python -m topologies.network")
     sub = parser.add_subparsers(dest="command", required=True)
     clean = sub.add_parser("cleanup", help="remove what hotagg runs left behind")
@@ -608,10 +615,21 @@ def main(argv: list[str] | None = None) -> int:
     clean.add_argument("--checkout", help="only the runs started from this checkout")
     clean.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     clean.add_argument("--mininet", action="store_true", help="also run Mininet's mn -c")
+    clean.add_argument(
+        "--server",
+        metavar="HOST",
+        help="on a cluster server: clean what its records (state-dir/servers/HOST) list",
+    )
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("error: cleanup needs root", file=sys.stderr)
         return 1
+    if args.server is not None:
+        from topologies.cluster_state import cleanup_here  # late: it imports this module
+
+        for line in cleanup_here(args.run_id, args.server, args.state_dir):
+            print(line)
+        return 0
     for line in cleanup(
         args.run_id, checkout=args.checkout, state_dir=args.state_dir, mininet_clean=args.mininet
     ):
