@@ -43,13 +43,20 @@ def build_parser() -> OptionParser:
         metavar="ID",
         help="only this run id (runs/<id>), of any checkout (default: every run of this checkout)",
     )
+    stop.epilog = (
+        "A run that used servers (SERVERS=) is stopped on each of them too, over ssh. Exit "
+        "codes: 0 stopped (or nothing to stop), 1 a server could not be reached or cleaned "
+        "(named above; the next make stop tries it again), 2 not root."
+    )
     sweep.add_arguments(sweep_parser)
     return parser
 
 
 def stop(run_id: str | None) -> int:
-    """`make stop [RUN=id]`: this checkout's runs, or the one run."""
+    """`make stop [RUN=id]`: this checkout's runs, or the one run; a run that used servers
+    on each of them first. 0, or 1 if a server could not be reached or cleaned."""
     # topologies.network imports Mininet (most of a second): only `make stop` needs it
+    from topologies.cluster_state import cleanup_servers
     from topologies.network import cleanup, runs
 
     if os.geteuid() != 0:
@@ -57,7 +64,9 @@ def stop(run_id: str | None) -> int:
         return 2
     if run_id is not None and not any(s.get("run_id") == run_id for s in runs()):
         print(f"hotagg: no state of run {run_id}; cleaning up its marked processes only")
-    done = cleanup(run_id, checkout=None if run_id else REPO_ROOT)
+    checkout = None if run_id else REPO_ROOT
+    servers = cleanup_servers(run_id, checkout=checkout)  # nothing for a run without
+    done = servers.lines + cleanup(run_id, checkout=checkout)
     for line in done:
         print(f"hotagg: {line}")
     others = [s.get("run_id") for s in runs()]
@@ -65,6 +74,10 @@ def stop(run_id: str | None) -> int:
         print("hotagg: nothing of " + (f"run {run_id}" if run_id else f"{REPO_ROOT}") + " to stop")
     if others:
         print(f"hotagg: left alone (other checkouts' or runs): {', '.join(map(str, others))}")
+    if not servers.ok:
+        unreached = ", ".join(servers.unreachable)
+        print(f"hotagg: error: not cleaned on {unreached} (see above)", file=sys.stderr)
+        return 1
     return 0
 
 

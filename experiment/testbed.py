@@ -303,18 +303,28 @@ class Testbed:
         return proc
 
     def record_remote_agents(self) -> None:
-        """Write the pids on their servers of the agents spawned there since the last call
-        into the run's state file (clean-up there finds them by it). Each pid is the first
-        line its wrapper prints: waited for here, once every agent of a phase has started."""
+        """Record the agents spawned on other servers since the last call, as make stop
+        finds them (topologies/cluster_state.py): each one's process group on its server,
+        its ssh client here. Each pid is the first line its wrapper prints: waited for here,
+        once every agent of a phase has started, then one round trip per server."""
+        from topologies.cluster_state import record_server, record_ssh_clients
+
         if not self.unrecorded:
             return
+        run_id, state_dir = self.network.run_id, self.network.state_path.parent
         deadline = time.monotonic() + REMOTE_PID_WAIT
+        groups: dict[Server, dict[str, int]] = {}
         for host, server, proc in self.unrecorded:
             while getattr(proc, "remote_pid", None) is None and proc.poll() is None:
                 if time.monotonic() > deadline:
                     break
                 time.sleep(0.01)
-            self.network.record_remote_process(host, server, getattr(proc, "remote_pid", None))
+            if (pid := getattr(proc, "remote_pid", None)) is not None:
+                groups.setdefault(server, {})[f"agent {host}"] = pid
+        clients = {f"agent {host}": proc.pid for host, _, proc in self.unrecorded}
+        record_ssh_clients(run_id, clients, state_dir)
+        for server, pids in groups.items():
+            record_server(run_id, server, process_groups=pids, state_dir=state_dir)
         self.unrecorded.clear()
 
     def collect(self) -> None:

@@ -160,20 +160,23 @@ def test_a_run_over_two_servers_is_exact_and_its_files_come_back(
     assert_nothing_left(netns_server, run_dir.name, before)
 
 
-def remote_pid(state_dir: Path, address: str, name: str, deadline: float) -> tuple[str, int]:
-    """(run id, pid on the server) of node `name`'s process (a switch) or of the agent on
-    host `name`, as the run's state file records it."""
+def remote_pid(netns_server: NetnsServer, label: str, deadline: float) -> tuple[str, int]:
+    """(run id, pid on the server) of the process `label` ("agent h3", "switch s2") as the
+    run recorded it on the server (topologies/cluster_state.py), read there over ssh."""
+    from topologies.cluster_state import SERVERS_DIR
+
+    records = DEFAULT_STATE_DIR / SERVERS_DIR / netns_server.address
+    show = f'for f in {shlex.quote(str(records))}/*.json; do cat "$f"; echo; echo ---; done'
+    ssh = [*ssh_command(Server(netns_server.address)), shlex.join(["sh", "-c", show])]
     while time.monotonic() < deadline:
-        for path in sorted(state_dir.glob("*.json")):
-            try:
-                state = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
-                continue
-            record = (state.get("remote_processes") or {}).get(name) or {}
-            if record.get("server") == f"root@{address}" and record.get("pid"):
-                return state["run_id"], int(record["pid"])
-        time.sleep(0.1)
-    raise AssertionError(f"no process of {name} recorded in the run's state file")
+        out = subprocess.run(ssh, capture_output=True, text=True, timeout=30).stdout
+        for text in out.split("\n---\n"):
+            with contextlib.suppress(json.JSONDecodeError):
+                record = json.loads(text)
+                if (group := (record.get("process_groups") or {}).get(label)) is not None:
+                    return record["run_id"], int(group["pid"])
+        time.sleep(0.2)
+    raise AssertionError(f"no {label} recorded on the server")
 
 
 @contextlib.contextmanager
@@ -190,6 +193,11 @@ def running(argv: list[str]) -> Iterator[subprocess.Popen]:
 
 
 def assert_nothing_left(netns_server: NetnsServer, run_id: str, devices: list[str]) -> None:
+    from topologies.cluster_state import SERVERS_DIR
+
+    # the run's records: the coordinator's state file and the server's own (shared /tmp here)
+    assert not (DEFAULT_STATE_DIR / f"{run_id}.json").exists()
+    assert not (DEFAULT_STATE_DIR / SERVERS_DIR / netns_server.address / f"{run_id}.json").exists()
     assert not (STAGING_ROOT / run_id).exists()
     assert processes_of(run_id) == []
     assert server_devices(netns_server) == devices
@@ -198,7 +206,7 @@ def assert_nothing_left(netns_server: NetnsServer, run_id: str, devices: list[st
 @pytest.mark.root
 @pytest.mark.parametrize(
     ("victim", "label"),
-    [("h3", "worker 1 on h3"), ("s2", "embedded switch s2")],
+    [("agent h3", "worker 1 on h3"), ("switch s2", "embedded switch s2")],
     ids=["worker", "switch"],
 )
 def test_a_remote_process_killed_on_its_server_ends_the_run_with_code_4(
@@ -209,10 +217,9 @@ def test_a_remote_process_killed_on_its_server_ends_the_run_with_code_4(
     argv = run_argv(netns_server, runs, f"rk{os.getpid() % 1000}", "--warmup", "300")
     before = server_devices(netns_server)
     with running(argv) as run:
-        run_id, pid = remote_pid(DEFAULT_STATE_DIR, netns_server.address, victim,
-                                 time.monotonic() + 120)  # fmt: skip
-        if victim.startswith("s"):  # the switch is up before any agent: wait for the phase
-            remote_pid(DEFAULT_STATE_DIR, netns_server.address, "h3", time.monotonic() + 120)
+        run_id, pid = remote_pid(netns_server, victim, time.monotonic() + 120)
+        if victim.startswith("switch"):  # up before any agent: wait for the phase
+            remote_pid(netns_server, "agent h3", time.monotonic() + 120)
         time.sleep(0.5)  # most likely into its iterations (a kill before 'ready' ends so too)
         # The recorded pid is its wrapper's there, which leads its process group: kill the
         # process, its child.
@@ -237,8 +244,7 @@ def test_an_interrupted_run_over_two_servers_cleans_up_both_and_keeps_the_phase_
     before = server_devices(netns_server)
     argv = run_argv(netns_server, runs, f"ri{os.getpid() % 1000}", "--warmup", "300")
     with running(argv) as run:
-        run_id, _ = remote_pid(DEFAULT_STATE_DIR, netns_server.address, "h3",
-                               time.monotonic() + 120)  # fmt: skip
+        run_id, _ = remote_pid(netns_server, "agent h3", time.monotonic() + 120)
         time.sleep(1.5)  # into the warm-up's iterations
         run.send_signal(signal.SIGINT)
         output, _ = run.communicate(timeout=120)

@@ -122,13 +122,6 @@ class Network:
         server = self.placement.get(name)
         return None if server is None or server.is_local else server
 
-    def record_remote_process(self, label: str, server: Server, pid: int | None) -> None:
-        """Note a process started on another server (its pid there: the process group the
-        wrapper leads, topologies/remote.py) in the run's state file, for clean-up there."""
-        state = json.loads(self.state_path.read_text())
-        state.setdefault("remote_processes", {})[label] = {"server": server.dest, "pid": pid}
-        self.state_path.write_text(json.dumps(state, indent=1))
-
     @property
     def hosts(self) -> dict[str, Host]:
         """Mininet Host objects by name (use .popen([...]) / .cmd(...) to run programs)."""
@@ -167,7 +160,17 @@ class Network:
                     sw.stop_process()  # before its interfaces vanish under it
             self.net.stop()
         finally:
+            if self.server_of_any():
+                from topologies.cluster_state import cleanup_servers  # late: it imports us
+
+                # What the run recorded on its servers, and their records (make stop's part)
+                for line in cleanup_servers(self.run_id, state_dir=self.state_path.parent).lines:
+                    log.debug("%s", line)
             cleanup(self.run_id, state_dir=self.state_path.parent)
+
+    def server_of_any(self) -> bool:
+        """Whether any node runs on another server."""
+        return any(not server.is_local for server in self.placement.values())
 
     def __enter__(self) -> Network:
         return self
@@ -266,6 +269,11 @@ def start_network(
         _write_state(network)
         net.start()
         _write_state(network)  # now with the switch processes
+        if spread:
+            from topologies.cluster_state import record_network
+
+            # On each server, what the run made there (make stop cleans it there).
+            record_network(run_id, net, state_dir)
         for host in topo_obj.hosts.values():
             for command in host.commands:  # the tutorials' per-host shell commands
                 out = net.get(host.name).cmd(command)
@@ -429,16 +437,6 @@ def _write_state(network: Network) -> None:
         if process is not None and process.proc is not None and sw.name not in remote:
             switches[sw.name] = _identity(process.proc.pid)
     state.update(nodes=nodes, interfaces=interfaces, switch_processes=switches)
-    if remote:
-        state["remote_nodes"] = {name: network.placement[name].dest for name in sorted(remote)}
-        # Their switch processes by their pid there (the wrapper's, topologies/remote.py).
-        for sw in net.switches:
-            process = getattr(sw, "process", None)
-            if sw.name in remote and process is not None and process.proc is not None:
-                state.setdefault("remote_processes", {})[sw.name] = {
-                    "server": network.placement[sw.name].dest,
-                    "pid": getattr(process.proc, "remote_pid", None),
-                }
     network.state_path.write_text(json.dumps(state, indent=1))
 
 
@@ -626,8 +624,13 @@ def cleanup(
         and (home is None or state.get("checkout") == home)
     ]
     done = _stop_owners([state for _, state in chosen], owner_timeout)
-    # By mark: those of no state file too (a run killed before it wrote one).
+    # By mark: those of no state file too (a run killed before it wrote one). A run with
+    # servers: only this machine's (its root namespace's); each server ends its own
+    # (topologies/cluster_state.py), and a test's "servers" share this PID namespace.
     pids = set(switch_processes(run_id, home))
+    if any(state.get("servers") for _, state in chosen):
+        here = _netns(os.getpid())
+        pids = {pid for pid in pids if _netns(pid) == here}
     for _, state in chosen:
         records = (state.get("switch_processes") or {}).values()
         pids.update(r["pid"] for r in records if isinstance(r, dict) and _is(r))
@@ -672,7 +675,9 @@ def cleanup(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m topologies.network cleanup [--run-id ID] [--mininet]` (for `make stop`)."""
+    """`python -m topologies.network cleanup [--run-id ID] [--mininet]` (for `make stop`);
+    with `--server HOST`, on a cluster server: what that server's records of the run say
+    (topologies/cluster_state.py), run there by the coordinator's `make stop`."""
     parser = argparse.ArgumentParser(prog="python -m topologies.network")
     sub = parser.add_subparsers(dest="command", required=True)
     clean = sub.add_parser("cleanup", help="remove what hotagg runs left behind")
@@ -680,10 +685,21 @@ def main(argv: list[str] | None = None) -> int:
     clean.add_argument("--checkout", help="only the runs started from this checkout")
     clean.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     clean.add_argument("--mininet", action="store_true", help="also run Mininet's mn -c")
+    clean.add_argument(
+        "--server",
+        metavar="HOST",
+        help="on a cluster server: clean what its records (state-dir/servers/HOST) list",
+    )
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("error: cleanup needs root", file=sys.stderr)
         return 1
+    if args.server is not None:
+        from topologies.cluster_state import cleanup_here  # late: it imports this module
+
+        for line in cleanup_here(args.run_id, args.server, args.state_dir):
+            print(line)
+        return 0
     for line in cleanup(
         args.run_id, checkout=args.checkout, state_dir=args.state_dir, mininet_clean=args.mininet
     ):
