@@ -84,7 +84,7 @@ class Testbed:
         # node -> server when the run is spread over several (experiment/placement.py)
         self.placement = dict(placement or {})
         self.staging: Staging | None = None  # the run's files on the other servers
-        # agents started on other servers whose pids there are not in the state file yet
+        # agents started on other servers and not yet recorded there (record_remote_agents)
         self.unrecorded: list[tuple[str, Server, subprocess.Popen]] = []
         self.net: Network | None = None
         self.clients: dict[str, SwitchClient] = {}
@@ -322,10 +322,13 @@ class Testbed:
             if (pid := getattr(proc, "remote_pid", None)) is not None:
                 groups.setdefault(server, {})[f"agent {host}"] = pid
         clients = {f"agent {host}": proc.pid for host, _, proc in self.unrecorded}
+        self.unrecorded.clear()
         record_ssh_clients(run_id, clients, state_dir)
         for server, pids in groups.items():
-            record_server(run_id, server, process_groups=pids, state_dir=state_dir)
-        self.unrecorded.clear()
+            try:
+                record_server(run_id, server, process_groups=pids, state_dir=state_dir)
+            except RuntimeError as e:  # make stop could not find them there: stop now
+                raise ExperimentError(str(e)) from None
 
     def collect(self) -> None:
         """Bring the files the agents on other servers wrote in this phase into the run's
@@ -343,6 +346,8 @@ class Testbed:
             for name in self.topology.switches
             if here(name) is None
         }
+        # an agent on another server is a RemoteProcess (topologies/remote.py): its pid here
+        # is its ssh's
         pids.update((label, proc.pid) for label, proc in procs if not hasattr(proc, "remote_pid"))
         ps_names = {h.name for h in self.topology.parameter_servers}
         links = []

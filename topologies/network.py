@@ -163,9 +163,11 @@ class Network:
             if self.server_of_any():
                 from topologies.cluster_state import cleanup_servers  # late: it imports us
 
-                # What the run recorded on its servers, and their records (make stop's part)
-                for line in cleanup_servers(self.run_id, state_dir=self.state_path.parent).lines:
-                    log.debug("%s", line)
+                # What the run recorded on its servers, and their records (make stop's part);
+                # a server not reached is named, and make stop tries it again.
+                report = cleanup_servers(self.run_id, state_dir=self.state_path.parent)
+                for line in report.lines:
+                    (log.debug if report.ok else log.warning)("%s", line)
             cleanup(self.run_id, state_dir=self.state_path.parent)
 
     def server_of_any(self) -> bool:
