@@ -35,12 +35,28 @@ from experiment.fidelity import LinkProbe, PhaseMonitor
 from experiment.processes import Watched, raise_first_death
 from experiment.staging import STAGING_ROOT, Staging
 from topologies.cluster import Server
+from topologies.cluster_state import (
+    cleanup_servers,
+    record_network,
+    record_server,
+    record_ssh_clients,
+)
 from topologies.network import Network, start_network
 from topologies.switches import REPO_ROOT
 from topologies.targets import Target
 from topologies.topology import Host, Topology
 
 REMOTE_PID_WAIT = 10.0  # seconds for the agents of a phase to report their pids on a server
+
+
+def clean_servers(run_id: str) -> None:
+    """At the run's stop: what it recorded on its servers cleaned there, and their records
+    (make stop's part, topologies/cluster_state.py); a server not reached is named, and
+    make stop tries it again."""
+    report = cleanup_servers(run_id)
+    if not report.ok:
+        for line in report.lines:
+            say(f"warning: {line}")
 
 
 @dataclass(frozen=True)
@@ -131,7 +147,8 @@ class Testbed:
     def start(self, run_id: str, log_dir: Path) -> None:
         """The network up, then a P4Runtime session to every switch."""
         self.device_config = self.target.device_config()
-        if any(not s.is_local for s in self.placement.values()):
+        spread = any(not s.is_local for s in self.placement.values())
+        if spread:
             self.staging = Staging(self.cfg.runs_dir / run_id, run_id)
         say(f"starting {self.cfg.topo.name} with {self.target.name} switches ...")
         try:
@@ -146,6 +163,8 @@ class Testbed:
                 placement=self.placement,
                 # a remote switch's log: <server's staging directory>/<switch>.log there
                 remote_log_dir=STAGING_ROOT / run_id,
+                record_servers=(lambda net: record_network(run_id, net)) if spread else None,
+                clean_servers=(lambda: clean_servers(run_id)) if spread else None,
             )
         except Exception as e:
             hint = ""
@@ -307,8 +326,6 @@ class Testbed:
         finds them (topologies/cluster_state.py): each one's process group on its server,
         its ssh client here. Each pid is the first line its wrapper prints: waited for here,
         once every agent of a phase has started, then one round trip per server."""
-        from topologies.cluster_state import record_server, record_ssh_clients
-
         if not self.unrecorded:
             return
         run_id, state_dir = self.network.run_id, self.network.state_path.parent

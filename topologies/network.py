@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -115,6 +115,8 @@ class Network:
     intf_prefix: str = ""
     # node -> server, for a network spread over several (empty: all on this machine)
     placement: dict[str, Server] = field(default_factory=dict)
+    # cleans what the run recorded on its servers (start_network's `clean_servers`)
+    clean_servers: Callable[[], None] | None = None
     _stopped: bool = False
 
     def server_of(self, name: str) -> Server | None:
@@ -160,19 +162,9 @@ class Network:
                     sw.stop_process()  # before its interfaces vanish under it
             self.net.stop()
         finally:
-            if self.server_of_any():
-                from topologies.cluster_state import cleanup_servers  # late: it imports us
-
-                # What the run recorded on its servers, and their records (make stop's part);
-                # a server not reached is named, and make stop tries it again.
-                report = cleanup_servers(self.run_id, state_dir=self.state_path.parent)
-                for line in report.lines:
-                    (log.debug if report.ok else log.warning)("%s", line)
+            if self.clean_servers is not None:
+                self.clean_servers()  # before cleanup(), which deletes the run's state file
             cleanup(self.run_id, state_dir=self.state_path.parent)
-
-    def server_of_any(self) -> bool:
-        """Whether any node runs on another server."""
-        return any(not server.is_local for server in self.placement.values())
 
     def __enter__(self) -> Network:
         return self
@@ -195,6 +187,8 @@ def start_network(
     start_timeout: float = 30.0,
     placement: Mapping[str, Server] | None = None,
     remote_log_dir: str | Path | None = None,
+    record_servers: Callable[[Mininet], None] | None = None,
+    clean_servers: Callable[[], None] | None = None,
 ) -> Network:
     """Build and start the network; on any failure, tear down what was built and raise.
 
@@ -206,7 +200,10 @@ def start_network(
     servers: nodes on another server are Mininet Cluster Edition nodes
     (topologies/remote.py), every link whose ends are on different servers a VXLAN tunnel
     (topologies/remote_links.py). A switch there keeps its log under `remote_log_dir`/<server>
-    on its server (default: `log_dir`).
+    on its server (default: `log_dir`). `record_servers(net)` is called once the network is
+    up, and `clean_servers()` by stop() before the local clean-up: what the run makes on
+    its servers is recorded and cleaned there (topologies/cluster_state.py, which imports
+    this module, so the caller passes them).
     """
     from mininet.net import Mininet  # imported late: it is big and tests without root skip
 
@@ -262,6 +259,7 @@ def start_network(
             topo.unshaped,
             intf_prefix,
             dict(placement or {}),
+            clean_servers,
         )
     except BaseException:
         state_path.unlink(missing_ok=True)  # nothing was built: give the reservation back
@@ -271,11 +269,8 @@ def start_network(
         _write_state(network)
         net.start()
         _write_state(network)  # now with the switch processes
-        if spread:
-            from topologies.cluster_state import record_network
-
-            # On each server, what the run made there (make stop cleans it there).
-            record_network(run_id, net, state_dir)
+        if record_servers is not None:
+            record_servers(net)
         for host in topo_obj.hosts.values():
             for command in host.commands:  # the tutorials' per-host shell commands
                 out = net.get(host.name).cmd(command)
