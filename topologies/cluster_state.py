@@ -16,8 +16,8 @@ them), which keep the remote processes alive. So the run records, as it goes:
   (`servers`) and its local ssh clients (`ssh_clients`, by pid and start time).
 
 `cleanup_servers(run_id)` (called by `make stop` before the local clean-up) asks the run's
-own process to stop, then runs `python -m topologies.network cleanup --run-id RUN --server
-HOST` on each server over a login of its own (`cleanup_here` there; a master connection
+own process to stop, then runs `python -m topologies.cluster_state cleanup --run-id RUN
+--server HOST` on each server over a login of its own (`cleanup_here` there; a master connection
 hung on a dead network would hold it up), cleans the coordinator's own record, kills the
 recorded ssh clients and closes the servers' ssh master connections that no live run still
 uses. A server that cannot be reached is reported in one line and kept in
@@ -418,7 +418,7 @@ def _pending_path(run_id: str, state_dir: Path) -> Path:
 
 def _clean_server(server: Server, run_id: str, state_dir: Path) -> tuple[list[str], str | None]:
     """(what the server's clean-up did, why it could not be done or None)."""
-    argv = _hotagg("topologies.network", "cleanup", "--run-id", run_id,
+    argv = _hotagg("topologies.cluster_state", "cleanup", "--run-id", run_id,
                    "--server", server.host, "--state-dir", str(state_dir))  # fmt: skip
     try:
         result = _run_on(
@@ -510,15 +510,27 @@ def cleanup_servers(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m topologies.cluster_state record --run-id ID --server HOST` (JSON part on
-    stdin): what the coordinator runs on a server to record there."""
+    """What the coordinator runs on a server: `python -m topologies.cluster_state record
+    --run-id ID --server HOST` (JSON part on stdin) records there; `... cleanup [--run-id ID]
+    --server HOST` cleans what that server's records list (the coordinator's `make stop`)."""
     parser = argparse.ArgumentParser(prog="python -m topologies.cluster_state")
     sub = parser.add_subparsers(dest="command", required=True)
     record = sub.add_parser("record", help="merge a run's part (JSON on stdin) into its record")
     record.add_argument("--run-id", required=True)
     record.add_argument("--server", required=True, help="this server, as the coordinator names it")
     record.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    clean = sub.add_parser("cleanup", help="clean what this server's records of a run list")
+    clean.add_argument("--run-id", help="only this run (default: every recorded run)")
+    clean.add_argument("--server", required=True, help="this server, as the coordinator names it")
+    clean.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     args = parser.parse_args(argv)
+    if args.command == "cleanup":
+        if os.geteuid() != 0:
+            print("error: cleanup needs root", file=sys.stderr)
+            return 1
+        for line in cleanup_here(args.run_id, args.server, args.state_dir):
+            print(line)
+        return 0
     try:
         part = json.loads(sys.stdin.read())
     except ValueError as e:

@@ -672,9 +672,8 @@ def cleanup(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m topologies.network cleanup [--run-id ID] [--mininet]` (for `make stop`);
-    with `--server HOST`, on a cluster server: what that server's records of the run say
-    (topologies/cluster_state.py), run there by the coordinator's `make stop`."""
+    """`python -m topologies.network cleanup [--run-id ID] [--mininet]` (for `make stop`; a
+    cluster server's part is `python -m topologies.cluster_state cleanup`)."""
     parser = argparse.ArgumentParser(prog="python -m topologies.network")
     sub = parser.add_subparsers(dest="command", required=True)
     clean = sub.add_parser("cleanup", help="remove what hotagg runs left behind")
@@ -682,21 +681,10 @@ def main(argv: list[str] | None = None) -> int:
     clean.add_argument("--checkout", help="only the runs started from this checkout")
     clean.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     clean.add_argument("--mininet", action="store_true", help="also run Mininet's mn -c")
-    clean.add_argument(
-        "--server",
-        metavar="HOST",
-        help="on a cluster server: clean what its records (state-dir/servers/HOST) list",
-    )
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("error: cleanup needs root", file=sys.stderr)
         return 1
-    if args.server is not None:
-        from topologies.cluster_state import cleanup_here  # late: it imports this module
-
-        for line in cleanup_here(args.run_id, args.server, args.state_dir):
-            print(line)
-        return 0
     for line in cleanup(
         args.run_id, checkout=args.checkout, state_dir=args.state_dir, mininet_clean=args.mininet
     ):
