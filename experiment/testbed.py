@@ -319,6 +319,8 @@ class Testbed:
             )
         if server is not None:
             self.unrecorded.append((host, server, proc))
+        else:
+            self.network.record_agent(host, proc.pid)  # for make stop after a SIGKILL
         return proc
 
     def record_remote_agents(self) -> None:

@@ -9,6 +9,7 @@ class; a target whose binary is missing is skipped with the reason.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -166,16 +167,21 @@ def test_ping_udp_and_clean_stop(target: str, topo_name: str, tmp_path: Path) ->
     assert not network.state_path.exists()
 
 
-def test_cleanup_after_a_crash(tmp_path: Path) -> None:
-    """A run whose owner never calls stop(): cleanup(run_id) removes everything it made."""
+def _unstopped_star(tmp_path: Path) -> Network:
+    """The embedded star, for a test that plays a run whose owner never calls stop()."""
     if why := _skip_reason("embedded", pipeline=False):
         pytest.skip(why)
-    from topologies.network import cleanup
-
-    network = start_network(
+    return start_network(
         STAR, grpc_base_port=0, intf_prefix=PREFIX, state_dir=tmp_path / "state",
         log_dir=tmp_path / "logs",
     )  # fmt: skip
+
+
+def test_cleanup_after_a_crash(tmp_path: Path) -> None:
+    """A run whose owner never calls stop(): cleanup(run_id) removes everything it made."""
+    from topologies.network import cleanup
+
+    network = _unstopped_star(tmp_path)
     shells = {n.name: n.pid for n in (*network.net.hosts, *network.net.switches)}
     assert switch_processes(network.run_id) and our_interfaces()
     done = cleanup(network.run_id, state_dir=tmp_path / "state")
@@ -183,6 +189,30 @@ def test_cleanup_after_a_crash(tmp_path: Path) -> None:
     assert switch_processes(network.run_id) == []
     assert our_interfaces() == []
     assert alive_node_shells(shells) == []
+    assert not network.state_path.exists()
+    network._stopped = True  # everything is gone; keep Mininet from tearing down twice
+
+
+def test_cleanup_stops_a_crashed_runs_agents(tmp_path: Path) -> None:
+    """A run that dies by SIGKILL takes its hosts' shells with it; an agent it started in a
+    host lives on, and so does its namespace. cleanup(run_id) finds it by its record."""
+    from topologies.network import cleanup
+
+    network = _unstopped_star(tmp_path)
+    host = sorted(network.topology.hosts)[0]
+    agent = network.host(host).popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    network.record_agent(host, agent.pid)
+    shells = {n.name: n.pid for n in network.net.hosts}
+    for pid in shells.values():  # what the run's death does to them
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while alive_node_shells(shells) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert agent.poll() is None, "the agent should outlive its host's shell, as in a crash"
+    done = cleanup(network.run_id, state_dir=tmp_path / "state")
+    assert any("stopped agents" in d for d in done), done
+    assert agent.wait(timeout=5) is not None
+    assert our_interfaces() == []
     assert not network.state_path.exists()
     network._stopped = True  # everything is gone; keep Mininet from tearing down twice
 

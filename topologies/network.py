@@ -151,6 +151,17 @@ class Network:
     def switch_log(self, name: str) -> Path:
         return self.switch(name).log_path
 
+    def record_agent(self, host: str, pid: int) -> None:
+        """Record a program started on one of this machine's hosts (an agent), by pid and
+        start time, so that cleanup() ends it if this process dies without stop(): its
+        host's shell dies with this process, and then the host's namespace no longer leads
+        to it. One record per host: a later agent there replaces the earlier one."""
+        with _state_lock(self.state_path.parent):
+            state = json.loads(self.state_path.read_text())
+            agents = state.setdefault("agent_processes", {})
+            agents[host] = {**_identity(pid), "host": host}
+            self.state_path.write_text(json.dumps(state, indent=1))
+
     def stop(self) -> None:
         """Stop the switch processes, then Mininet (links, switches, hosts). Idempotent."""
         if self._stopped:
@@ -607,7 +618,8 @@ def cleanup(
     remove what they left behind.
 
     The run's own process is asked to stop first. Then: our switch processes of those runs
-    (by their HOTAGG_RUN/HOTAGG_CHECKOUT marks, and as recorded), every process in the
+    (by their HOTAGG_RUN/HOTAGG_CHECKOUT marks, and as recorded), the recorded agents
+    (Network.record_agent), every process in the
     hosts' recorded network namespaces, the recorded node shells, and the recorded switch
     interfaces that still have their recorded interface index; then the state files.
     Returns what was done.
@@ -635,6 +647,17 @@ def cleanup(
     if pids:
         _terminate(sorted(pids))
         done.append(f"stopped switch processes {sorted(pids)}")
+    # Agents by record (pid and start time): their host's namespace, found below through
+    # its shell, is unreachable once the shell died with the run's process.
+    agents = sorted(
+        r["pid"]
+        for _, state in chosen
+        for r in (state.get("agent_processes") or {}).values()
+        if isinstance(r, dict) and _is(r) and r["pid"] != os.getpid()
+    )
+    if agents:
+        _terminate(agents)
+        done.append(f"stopped agents {agents}")
     for path, state in chosen:
         run = state.get("run_id")
         nodes = state.get("nodes") or {}
