@@ -85,7 +85,7 @@ PLACE ?=
 # their emulated links much of the time, so two share a 2-core machine well.
 TEST_WORKERS ?= 2
 
-.PHONY: all run sweep test test-fast build bench stop conservation clean clean-results lint format check-p4info cluster-check help
+.PHONY: all run sweep test test-fast build bench stop conservation clean clean-results lint format check-p4info cluster-check local-server local-server-stop help
 
 all: help
 
@@ -105,6 +105,8 @@ help:
 	@echo "  make clean          remove build/, bench/results/ and caches (keeps runs/ and sweeps/)"
 	@echo "  make clean-results  say what it deletes, then delete runs/ and sweeps/"
 	@echo "  make cluster-check  check the servers of SERVERS=host1,host2 (ssh, sudo, checkout, links; docs/cluster.md)"
+	@echo "  make local-server   a second server on this machine (sshd in a netns), to try SERVERS= without one"
+	@echo "  make local-server-stop  remove it"
 	@echo "  make help           this list"
 	@echo "make run variables (their values now; VAR=value to set one):"
 	@echo "  TARGET=$(TARGET) (or bmv2)  BMV2_BINARY=$(BMV2_BINARY)  TOPO=$(TOPO)"
@@ -266,6 +268,14 @@ bench: $(STAMP)
 # host processes, Mininet nodes and links, as their state files record them.
 stop: $(STAMP)
 	$(PY) -m experiment stop $(if $(RUN),--run '$(RUN)')
+
+# A second "server" on this machine: an sshd in a network namespace (topologies/netns_server.py).
+# It shares this machine's cores: it shows the remote code paths, not a bigger cluster.
+local-server: $(STAMP)
+	$(PY) -m topologies.netns_server start
+
+local-server-stop: $(STAMP)
+	$(PY) -m topologies.netns_server stop
 
 # Each server of SERVERS, one line per check (ssh by key, sudo, mnexec, the same checkout and
 # venv, SSH tunnels or vxlan, BMv2 for TARGET=bmv2); exits 1 if one is missing.
